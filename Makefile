@@ -1,0 +1,26 @@
+# `make demo` and `make test` set themselves up in .venv on a fresh machine (Python >= 3.11 + pip).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/chains.py
+
+# pytest exits 5 when it collects no test, so an empty suite fails here.
+test: $(STAMP)
+	$(PY) -m pytest
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_schedule.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

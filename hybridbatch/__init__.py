@@ -1,0 +1,20 @@
+"""hybridbatch: write the per-instance model, run it batched.
+
+    with hb.batching():          # calls return Futures; a flush runs them in batches
+        losses = [model(x) for x in minibatch]
+"""
+from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu, exp, log, add_n,
+                  concat, slice, split, reshape, sum, lookup, pick, log_softmax, pick_neg_log_softmax,
+                  py_func)
+from .eager import Tensor
+from .errors import HybridBatchError, ShapeError, ScopeError, NumericsError
+from .future import Future
+from .parameter import Parameter
+from .scope import batching, Stats
+
+__all__ = [
+    "array", "matmul", "affine", "add", "sub", "mul", "div", "tanh", "sigmoid", "relu", "exp", "log",
+    "add_n", "concat", "slice", "split", "reshape", "sum", "lookup", "pick", "log_softmax",
+    "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
+    "NumericsError", "Future", "Parameter", "batching", "Stats",
+]

@@ -1,0 +1,171 @@
+"""The op functions users call. Each records a node inside a scope, or runs eagerly outside."""
+import numpy as np
+
+from .eager import Tensor, constant as _eager_constant, apply as _eager_apply
+from .future import Future
+from .ops import elementwise as E, linalg as L, shape as S, index as I, custom as C
+from .ops.shape import normalize_index
+from .parameter import Parameter
+from .scope import _local
+from . import operators
+
+_Number = (int, float, np.integer, np.floating)
+
+
+def apply(op, args, attrs=(), aux=-1):
+    """Record (inside a scope) or run (eagerly) one primitive op."""
+    scope = getattr(_local, "scope", None)
+    if scope is not None:
+        return scope.record(op, args, attrs, aux)
+    return _eager_apply(op, args, attrs, aux)
+
+
+def array(value):
+    """A constant input (no gradient): a Future inside a scope, a Tensor outside."""
+    scope = getattr(_local, "scope", None)
+    return scope.constant(value) if scope is not None else _eager_constant(value)
+
+
+def shape_of(x):
+    return tuple(np.shape(x)) if not hasattr(x, "shape") else tuple(x.shape)
+
+
+def _scalar_affine(x, a, c):
+    return apply(E.ScalarAffine, (x,), (float(a), float(c)))
+
+
+def add(a, b):
+    if isinstance(b, _Number):
+        return _scalar_affine(a, 1.0, b)
+    if isinstance(a, _Number):
+        return _scalar_affine(b, 1.0, a)
+    return apply(E.Add, (a, b))
+
+
+def sub(a, b):
+    if isinstance(b, _Number):
+        return _scalar_affine(a, 1.0, -b)
+    if isinstance(a, _Number):
+        return _scalar_affine(b, -1.0, a)
+    return apply(E.Sub, (a, b))
+
+
+def mul(a, b):
+    if isinstance(b, _Number):
+        return _scalar_affine(a, b, 0.0)
+    if isinstance(a, _Number):
+        return _scalar_affine(b, a, 0.0)
+    return apply(E.Mul, (a, b))
+
+
+def div(a, b):
+    if isinstance(b, _Number):
+        return _scalar_affine(a, 1.0 / b, 0.0)
+    return apply(E.Div, (a, b))
+
+
+def matmul(a, b):
+    """a @ b with numpy's rules for 1-D and 2-D operands (per instance)."""
+    return apply(L.MatMul, (a, b))
+
+
+def affine(w, x, b):
+    """w @ x + b as one op (one batch instead of two)."""
+    return apply(L.Affine, (w, x, b))
+
+
+def tanh(x):
+    return apply(E.Tanh, (x,))
+
+
+def sigmoid(x):
+    return apply(E.Sigmoid, (x,))
+
+
+def relu(x):
+    return apply(E.Relu, (x,))
+
+
+def exp(x):
+    return apply(E.Exp, (x,))
+
+
+def log(x):
+    return apply(E.Log, (x,))
+
+
+def add_n(xs):
+    """Sum of a list of same-shaped values in one op."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError("add_n needs at least one operand")
+    return xs[0] if len(xs) == 1 else apply(E.AddN, tuple(xs))
+
+
+def concat(xs, axis=0):
+    """Concatenate per-instance values along `axis`."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError("concat needs at least one operand")
+    ndim = len(shape_of(xs[0]))
+    if not -ndim <= axis < max(ndim, 1):
+        raise ValueError(f"concat axis {axis} out of range for {ndim}-D operands")
+    return apply(S.Concat, tuple(xs), (axis % ndim,))
+
+
+def slice(x, key):
+    """x[key] for int and slice indices (what `future[i:j]` calls)."""
+    return apply(S.Slice, (x,), normalize_index(key, shape_of(x)))
+
+
+def split(x, sections, axis=0):
+    """`sections` equal slices of x along `axis`."""
+    shape = shape_of(x)
+    axis %= len(shape)
+    n = shape[axis]
+    if n % sections:
+        raise ValueError(f"cannot split an axis of length {n} into {sections} equal parts")
+    step = n // sections
+    lead = (np.s_[:],) * axis
+    return [slice(x, lead + (np.s_[i * step:(i + 1) * step],)) for i in range(sections)]
+
+
+def reshape(x, shape):
+    return apply(S.Reshape, (x,), tuple(int(s) for s in shape))
+
+
+def sum(x, axis=None):  # noqa: A001 - the public spelling is hb.sum
+    """Sum of all elements, or along one axis."""
+    if axis is not None:
+        axis %= max(len(shape_of(x)), 1)
+    return apply(S.Sum, (x,), (axis,))
+
+
+def lookup(param, index):
+    """Row `index` of a Parameter table (an embedding)."""
+    if not isinstance(param, Parameter):
+        raise TypeError(f"lookup reads rows of a Parameter, not {type(param).__name__}")
+    return apply(I.Lookup, (param,), (), index)
+
+
+def pick(x, index):
+    """Element `index` of a vector."""
+    return apply(I.Pick, (x,), (), index)
+
+
+def log_softmax(x):
+    return apply(I.LogSoftmax, (x,))
+
+
+def pick_neg_log_softmax(logits, label):
+    """-log softmax(logits)[label]: the per-instance classification loss."""
+    return apply(I.PickNegLogSoftmax, (logits,), (), label)
+
+
+def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
+    """Run numpy code per instance as an (unbatchable) op: fn(*arrays) -> array."""
+    return apply(C.PyFunc, xs, (fn, grad_fn, tuple(out_shape), np.dtype(out_dtype)))
+
+
+for _cls in (Future, Tensor, Parameter):
+    operators.install(_cls, __import__(__name__, fromlist=["_"]))

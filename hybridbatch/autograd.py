@@ -1,0 +1,86 @@
+"""Reverse mode over the executed plans: the same batches, in reverse, one vjp kernel each.
+
+Gradients of values live in gradient arenas shaped like the value arenas, so each batch's
+output gradient is a slice and each operand's gradient is one scatter-add. Shared
+parameters get one reduced gradient per batch (dW = dZ^T X), not one per node.
+"""
+import numpy as np
+from numba import njit
+
+from .execute import operands, batch_aux, scatter_add
+from .kernels import scatter_add_rows
+from .ops import RowGrad
+from .parameter import by_id
+from . import signature
+
+
+@njit(cache=True)
+def _mark_ancestors(mark, start, arg_ptr, args):
+    """Propagate `mark` (global, by node id) from nodes of this flush to their operands."""
+    for v in range(arg_ptr.shape[0] - 2, -1, -1):
+        if mark[start + v]:
+            for e in range(arg_ptr[v], arg_ptr[v + 1]):
+                mark[args[e]] = True
+
+
+def accumulate_param(pid, g):
+    p = by_id(pid)
+    if p.grad_req == "null":
+        return
+    if isinstance(g, RowGrad):
+        scatter_add_rows(p.grad, g.rows, g.values)
+    else:
+        p.grad += g
+
+
+def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
+    """Backpropagate d(value of seed_node) = 1 into every Parameter.grad it depends on."""
+    mark = np.zeros(n_nodes, np.bool_)
+    mark[seed_node] = True
+    grads = [None] * len(arenas)
+
+    def grad_arena(a):
+        if grads[a] is None:
+            grads[a] = xp.zeros_like(arenas[a])
+        return grads[a]
+
+    grad_arena(loc_arena[seed_node])[loc_row[seed_node]] = 1
+    sigs = signature.SIGS
+    for plan in reversed(plans):
+        if plan.start > seed_node:
+            continue
+        _mark_ancestors(mark, plan.start, plan.arg_ptr, plan.args)
+        for b in range(plan.n_batches - 1, -1, -1):
+            a = plan.out_arena[b]
+            if grads[a] is None or not mark[plan.start + plan.batch_nodes(b)].any():
+                continue
+            sig = sigs[plan.batch_sig[b]]
+            size = plan.sizes[b]
+            g0 = plan.g_ptr[b]
+            needs, k = [], g0
+            for pid in sig.params:
+                if pid is None:
+                    needs.append(not plan.g_const[k])
+                    k += 1
+                else:
+                    needs.append(by_id(pid).grad_req != "null")
+            if not any(needs):
+                continue
+            s = plan.out_start[b]
+            xs = operands(plan, arenas, b, sig, size)
+            gxs = sig.op.backward(xp, sig, xs, batch_aux(plan, b, sig.op), arenas[a][s:s + size],
+                                  grads[a][s:s + size], needs)
+            k = g0
+            for pid, need, gx in zip(sig.params, needs, gxs):
+                if pid is not None:
+                    if need:
+                        accumulate_param(pid, gx)
+                    continue
+                if need:
+                    grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
+                    if plan.g_kind[k] == 2:
+                        p = plan.g_off[k]
+                        for owner in np.unique(plan.row_arena[p:p + size]):
+                            grad_arena(owner)
+                    scatter_add(plan, grads, k, size, gx)
+                k += 1

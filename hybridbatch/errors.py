@@ -1,0 +1,17 @@
+"""Exceptions raised at the line of user code that caused them."""
+
+
+class HybridBatchError(Exception):
+    """Base class of every error hybridbatch raises on purpose."""
+
+
+class ShapeError(HybridBatchError, ValueError):
+    """An op was recorded with operands whose shapes do not fit together."""
+
+
+class ScopeError(HybridBatchError, RuntimeError):
+    """A future was used outside the scope that recorded it, or its scope failed."""
+
+
+class NumericsError(HybridBatchError, FloatingPointError):
+    """An op produced NaN or inf while `check_numerics` was on."""

@@ -1,0 +1,83 @@
+"""Running a Plan: gather operands, one batched kernel per batch, outputs into arena rows."""
+import numpy as np
+
+from .errors import NumericsError
+from .kernels import scatter_add_rows
+from .parameter import by_id
+from .plan import SLICE, TAKE
+from . import signature
+
+
+def gather(plan, arenas, g, size):
+    """The (size,)+shape operand array described by gather spec g."""
+    a, s = plan.g_arena[g], plan.g_start[g]
+    kind = plan.g_kind[g]
+    if kind == SLICE:
+        return arenas[a][s:s + size]
+    p = plan.g_off[g]
+    rows = plan.rows[p:p + size]
+    if kind == TAKE:
+        return arenas[a].take(rows, axis=0)
+    owners = plan.row_arena[p:p + size]
+    out = np.empty((size,) + arenas[a].shape[1:], arenas[a].dtype)
+    for owner in np.unique(owners):
+        mask = owners == owner
+        out[mask] = arenas[owner][rows[mask]]
+    return out
+
+
+def scatter_add(plan, grads, g, size, gx):
+    """Add gx (one row per node of the batch) into the gradient arenas behind gather spec g."""
+    a, s = plan.g_arena[g], plan.g_start[g]
+    kind = plan.g_kind[g]
+    if kind == SLICE:
+        grads[a][s:s + size] += gx
+        return
+    p = plan.g_off[g]
+    rows = plan.rows[p:p + size]
+    if kind == TAKE:
+        scatter_add_rows(grads[a], rows, gx)
+        return
+    owners = plan.row_arena[p:p + size]
+    for owner in np.unique(owners):
+        mask = owners == owner
+        scatter_add_rows(grads[owner], rows[mask], gx[mask])
+
+
+def operands(plan, arenas, b, sig, size):
+    """Kernel operands of batch b: gathered values, or shared parameters as they are."""
+    xs = []
+    g = plan.g_ptr[b]
+    for pid in sig.params:
+        if pid is None:
+            xs.append(gather(plan, arenas, g, size))
+            g += 1
+        else:
+            xs.append(by_id(pid).data)
+    return xs
+
+
+def batch_aux(plan, b, op):
+    return plan.aux[plan.batch_nodes(b)] if op.uses_aux else None
+
+
+def run_forward(plan, arenas, xp, origin=None):
+    """Execute every batch of the plan. With `origin` (check_numerics), verify outputs."""
+    sigs = signature.SIGS
+    for b, size in enumerate(plan.sizes):
+        sig = sigs[plan.batch_sig[b]]
+        op = sig.op
+        y = op.forward(xp, sig, operands(plan, arenas, b, sig, size), batch_aux(plan, b, op))
+        if y.shape[1:] != sig.out_shape or y.shape[0] != size:
+            raise AssertionError(f"kernel {op.name} returned {y.shape}, expected {(size,) + sig.out_shape}")
+        if origin is not None and not xp.isfinite(y).all():
+            raise_numerics(plan, b, sig, y, origin, xp)
+        s = plan.out_start[b]
+        arenas[plan.out_arena[b]][s:s + size] = y
+
+
+def raise_numerics(plan, b, sig, y, origin, xp):
+    bad = int(np.flatnonzero(~np.asarray(xp.isfinite(y).reshape(len(y), -1).all(axis=1)))[0])
+    nid = plan.start + int(plan.batch_nodes(b)[bad])
+    raise NumericsError(f"{sig.op.name} produced NaN/inf in node {nid} ({sig.describe()}), "
+                        f"recorded at {origin[nid]}")

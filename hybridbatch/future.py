@@ -1,0 +1,57 @@
+"""Future: a handle to a value recorded in a batching scope and computed at its next flush."""
+import numpy as np
+
+from . import signature
+
+
+class Future:
+    """(scope, node id) and nothing else: shape and dtype come from the node's signature."""
+
+    __slots__ = ("scope", "id")
+
+    def __init__(self, scope, nid):
+        self.scope = scope
+        self.id = nid
+
+    @property
+    def _sig(self):
+        return signature.SIGS[self.scope.graph.sig[self.id]]
+
+    @property
+    def shape(self):
+        return self._sig.out_shape
+
+    @property
+    def dtype(self):
+        return self._sig.out_dtype
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def asnumpy(self):
+        """The value, as a new numpy array; flushes the scope's pending nodes first."""
+        return self.scope.value(self.id)
+
+    def item(self):
+        return self.asnumpy().item()
+
+    def __float__(self):
+        return float(self.asnumpy())
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.asnumpy(), dtype=dtype)
+
+    def backward(self):
+        """Gradients of this scalar into every Parameter it depends on (accumulates)."""
+        self.scope.backward(self.id)
+
+    def __bool__(self):
+        raise TypeError("the truth value of a Future is not known while recording; "
+                        "use .asnumpy() (or .item()) to read it")
+
+    def __repr__(self):
+        return f"Future(node={self.id}, shape={self.shape}, dtype={self.dtype.name})"

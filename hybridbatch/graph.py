@@ -1,0 +1,69 @@
+"""The recorded graph: flat per-node arrays, appended to as ops are recorded.
+
+Recording appends to plain lists (the cheapest append Python has); a flush turns the
+pending delta into numpy arrays once. Node ids are a topological order: an op's operands
+are always recorded before it.
+"""
+import numpy as np
+
+
+class Growable:
+    """A numpy array with amortized O(1) append of blocks (capacity doubling)."""
+
+    __slots__ = ("data", "n")
+
+    def __init__(self, dtype, fill=0):
+        self.data = np.full(64, fill, dtype)
+        self.n = 0
+
+    def extend(self, values):
+        k = len(values)
+        if self.n + k > len(self.data):
+            grown = np.empty(max(2 * len(self.data), self.n + k), self.data.dtype)
+            grown[:self.n] = self.data[:self.n]
+            self.data = grown
+        self.data[self.n:self.n + k] = values
+        self.n += k
+
+    @property
+    def view(self):
+        return self.data[:self.n]
+
+
+class Graph:
+    """Per node: signature id, output type id, depth, operand ids (CSR) and one integer aux."""
+
+    __slots__ = ("sig", "type", "depth", "aux", "args", "arg_end", "constants", "origin")
+
+    def __init__(self, track_origin=False):
+        self.sig = []
+        self.type = []
+        self.depth = []
+        self.aux = []
+        self.args = []        # operand node ids, all nodes back to back
+        self.arg_end = []     # node i's operands are args[arg_end[i-1]:arg_end[i]]
+        self.constants = {}   # node id -> value, for input nodes not yet flushed
+        self.origin = [] if track_origin else None   # "file:line" per node, for error messages
+
+    def __len__(self):
+        return len(self.sig)
+
+    def add(self, sig, out_type, depth, operands, aux):
+        self.sig.append(sig)
+        self.type.append(out_type)
+        self.depth.append(depth)
+        self.aux.append(aux)
+        self.args.extend(operands)
+        self.arg_end.append(len(self.args))
+        return len(self.sig) - 1
+
+    def delta(self, start):
+        """numpy arrays for nodes [start, n): sig, type, depth, aux, arg_ptr (0-based), args."""
+        a0 = self.arg_end[start - 1] if start else 0
+        arg_ptr = np.empty(len(self.sig) - start + 1, np.int64)
+        arg_ptr[0] = 0
+        arg_ptr[1:] = self.arg_end[start:]
+        arg_ptr[1:] -= a0
+        return (np.array(self.sig[start:], np.int64), np.array(self.type[start:], np.int64),
+                np.array(self.depth[start:], np.int64), np.array(self.aux[start:], np.int64),
+                arg_ptr, np.array(self.args[a0:], np.int64))

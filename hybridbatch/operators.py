@@ -1,0 +1,27 @@
+"""Python operators (+ - * / @, unary -, indexing) for every value handle.
+
+Installed onto Future, Tensor and Parameter by the api module, so `W @ h + b` reads the
+same inside and outside a batching scope.
+"""
+
+
+def install(cls, api):
+    def binary(fn):
+        return lambda self, other: fn(self, other)
+
+    def reflected(fn):
+        return lambda self, other: fn(other, self)
+
+    cls.__add__ = binary(api.add)
+    cls.__radd__ = lambda self, other: self if (isinstance(other, (int, float)) and other == 0) else api.add(other, self)
+    cls.__sub__ = binary(api.sub)
+    cls.__rsub__ = reflected(api.sub)
+    cls.__mul__ = binary(api.mul)
+    cls.__rmul__ = reflected(api.mul)
+    cls.__truediv__ = binary(api.div)
+    cls.__rtruediv__ = reflected(api.div)
+    cls.__matmul__ = binary(api.matmul)
+    cls.__rmatmul__ = reflected(api.matmul)
+    cls.__neg__ = lambda self: api.mul(self, -1.0)
+    cls.__getitem__ = lambda self, key: api.slice(self, key)
+    cls.__array_priority__ = 1000   # ndarray op handle -> our reflected operator

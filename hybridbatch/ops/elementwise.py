@@ -1,0 +1,171 @@
+"""Elementwise ops: the same work per element whatever the batch layout.
+
+Binary ops broadcast per instance like numpy (a bias vector against a matrix); `expand`
+keeps the batch axis first so per-instance broadcasting still lines up after stacking.
+"""
+from .registry import Op, register, expand, unbroadcast, broadcast_shape, check
+
+
+class _Unary(Op):
+    def infer(self, attrs, shapes, dtypes):
+        return shapes[0], dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        return self.f(xp, xs[0], sig.attrs)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        return (self.df(xp, xs[0], y, gy, sig.attrs),)
+
+
+@register
+class Tanh(_Unary):
+    name = "tanh"
+
+    def f(self, xp, x, attrs):
+        return xp.tanh(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * (1 - y * y)
+
+
+@register
+class Sigmoid(_Unary):
+    name = "sigmoid"
+
+    def f(self, xp, x, attrs):
+        # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)).
+        y = xp.tanh(x * 0.5)
+        y += 1
+        y *= 0.5
+        return y
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * y * (1 - y)
+
+
+@register
+class Relu(_Unary):
+    name = "relu"
+
+    def f(self, xp, x, attrs):
+        return xp.maximum(x, 0)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * (y > 0)
+
+
+@register
+class Exp(_Unary):
+    name = "exp"
+
+    def f(self, xp, x, attrs):
+        return xp.exp(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * y
+
+
+@register
+class Log(_Unary):
+    name = "log"
+
+    def f(self, xp, x, attrs):
+        return xp.log(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy / x
+
+
+@register
+class ScalarAffine(_Unary):
+    """y = a * x + c for Python scalars a, c (x * 2, 1 - x, -x, x + 0.5)."""
+    name = "scalar_affine"
+
+    def f(self, xp, x, attrs):
+        a, c = attrs
+        y = x * x.dtype.type(a) if a != 1 else x.copy()
+        if c:
+            y += x.dtype.type(c)
+        return y
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * gy.dtype.type(attrs[0])
+
+
+class _Binary(Op):
+    def infer(self, attrs, shapes, dtypes):
+        check(dtypes[0] == dtypes[1], self.name, shapes, f"dtypes {dtypes[0]} and {dtypes[1]} differ")
+        return broadcast_shape(self.name, shapes), dtypes[0]
+
+    def operands(self, sig, xs):
+        nd = len(sig.out_shape)
+        return [expand(x, s, shp, nd) for x, s, shp in zip(xs, sig.shared, sig.in_shapes)]
+
+    def forward(self, xp, sig, xs, aux):
+        a, b = self.operands(sig, xs)
+        return self.f(a, b)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        a, b = self.operands(sig, xs)
+        ga, gb = self.df(a, b, gy, needs)
+        return tuple(None if g is None else unbroadcast(g, s, shp)
+                     for g, s, shp in zip((ga, gb), sig.shared, sig.in_shapes))
+
+
+@register
+class Add(_Binary):
+    name = "add"
+    f = staticmethod(lambda a, b: a + b)
+
+    def df(self, a, b, gy, needs):
+        return gy, gy
+
+
+@register
+class Sub(_Binary):
+    name = "sub"
+    f = staticmethod(lambda a, b: a - b)
+
+    def df(self, a, b, gy, needs):
+        return gy, (-gy if needs[1] else None)
+
+
+@register
+class Mul(_Binary):
+    name = "mul"
+    f = staticmethod(lambda a, b: a * b)
+
+    def df(self, a, b, gy, needs):
+        return (gy * b if needs[0] else None), (gy * a if needs[1] else None)
+
+
+@register
+class Div(_Binary):
+    name = "div"
+    f = staticmethod(lambda a, b: a / b)
+
+    def df(self, a, b, gy, needs):
+        ga = gy / b
+        return ga, (-ga * a / b if needs[1] else None)
+
+
+@register
+class AddN(Op):
+    """Sum of a list of same-shaped values (one kernel, not a chain of adds)."""
+    name = "add_n"
+
+    def infer(self, attrs, shapes, dtypes):
+        check(all(s == shapes[0] for s in shapes), self.name, shapes, "add_n needs equal shapes")
+        check(all(d == dtypes[0] for d in dtypes), self.name, shapes, "add_n needs one dtype")
+        return shapes[0], dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        first = sig.node_positions[0]
+        y = xs[first].copy()
+        for i, x in enumerate(xs):
+            if i != first:
+                y += x
+        return y
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        return tuple((gy.sum(axis=0) if s else gy) if n else None for s, n in zip(sig.shared, needs))

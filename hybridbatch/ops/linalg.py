@@ -1,0 +1,110 @@
+"""Matrix products. A shared-parameter matmul over B stacked vectors is one GEMM.
+
+Per instance, operands are 1-D or 2-D with numpy's matmul rules. Internally a 1-D left
+operand is a (1, n) row and a 1-D right operand an (n, 1) column, so every case is a
+(B, m, n) @ (B, n, k) product where a shared operand has no batch axis; the cases below
+turn each combination into plain 2-D GEMMs where they can.
+"""
+from .registry import Op, register, expand, unbroadcast, broadcast_shape, check
+
+
+def _promote(x, shared, shape, left):
+    if len(shape) == 1:
+        shape = (1, shape[0]) if left else (shape[0], 1)
+    return x.reshape(shape) if shared else x.reshape((x.shape[0],) + shape)
+
+
+def _shared_left(xp, a, b3):
+    """a (m, n) shared times b3 (B, n, k) -> (B, m, k)."""
+    B, n, k = b3.shape
+    if k == 1:
+        return (b3.reshape(B, n) @ a.T).reshape(B, a.shape[0], 1)
+    return (a @ b3.transpose(1, 0, 2).reshape(n, B * k)).reshape(a.shape[0], B, k).transpose(1, 0, 2)
+
+
+def _shared_right(xp, a3, b):
+    """a3 (B, m, n) times b (n, k) shared -> (B, m, k)."""
+    B, m, n = a3.shape
+    return (a3.reshape(B * m, n) @ b).reshape(B, m, b.shape[1])
+
+
+def _product(xp, a3, b3, sa, sb):
+    if sa:
+        return _shared_left(xp, a3, b3)
+    if sb:
+        return _shared_right(xp, a3, b3)
+    return xp.matmul(a3, b3)
+
+
+def matmul_shape(name, sa, sb):
+    check(1 <= len(sa) <= 2 and 1 <= len(sb) <= 2, name, (sa, sb),
+          "matmul takes 1-D or 2-D operands per instance")
+    check(sa[-1] == sb[0], name, (sa, sb), f"inner dimensions {sa[-1]} and {sb[0]} differ")
+    return sa[:-1] + sb[1:]
+
+
+def matmul_forward(xp, a, b, sa, sb, shape_a, shape_b, out_shape):
+    a3, b3 = _promote(a, sa, shape_a, True), _promote(b, sb, shape_b, False)
+    y3 = _product(xp, a3, b3, sa, sb)
+    return y3.reshape((y3.shape[0],) + out_shape)
+
+
+def matmul_backward(xp, a, b, sa, sb, shape_a, shape_b, gy, needs):
+    a3, b3 = _promote(a, sa, shape_a, True), _promote(b, sb, shape_b, False)
+    B = gy.shape[0]
+    m, k = a3.shape[-2], b3.shape[-1]
+    g3 = gy.reshape(B, m, k)
+    ga = gb = None
+    if needs[0]:
+        if sa:   # sum_b g_b @ b_b^T
+            ga = g3.transpose(1, 0, 2).reshape(m, -1) @ b3.transpose(0, 2, 1).reshape(-1, b3.shape[1])
+        else:
+            ga = _product(xp, g3, b3.T if sb else b3.transpose(0, 2, 1), False, sb)
+        ga = ga.reshape(shape_a if sa else (B,) + shape_a)
+    if needs[1]:
+        if sb:   # sum_b a_b^T @ g_b
+            gb = a3.reshape(-1, a3.shape[-1]).T @ g3.reshape(-1, k)
+        else:
+            gb = _product(xp, a3.T if sa else a3.transpose(0, 2, 1), g3, sa, False)
+        gb = gb.reshape(shape_b if sb else (B,) + shape_b)
+    return ga, gb
+
+
+@register
+class MatMul(Op):
+    name = "matmul"
+    cost = 1
+
+    def infer(self, attrs, shapes, dtypes):
+        check(dtypes[0] == dtypes[1], self.name, shapes, f"dtypes {dtypes[0]} and {dtypes[1]} differ")
+        return matmul_shape(self.name, *shapes), dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        return matmul_forward(xp, xs[0], xs[1], *sig.shared, *sig.in_shapes, sig.out_shape)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        return matmul_backward(xp, xs[0], xs[1], *sig.shared, *sig.in_shapes, gy, needs)
+
+
+@register
+class Affine(Op):
+    """W @ x + b in one kernel: saves a batch and a pass over the output per layer."""
+    name = "affine"
+    cost = 1
+
+    def infer(self, attrs, shapes, dtypes):
+        check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")
+        prod = matmul_shape(self.name, shapes[0], shapes[1])
+        check(broadcast_shape(self.name, (prod, shapes[2])) == prod, self.name, shapes,
+              f"bias of shape {shapes[2]} does not broadcast to the product's {prod}")
+        return prod, dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        y = matmul_forward(xp, xs[0], xs[1], *sig.shared[:2], *sig.in_shapes[:2], sig.out_shape)
+        y += expand(xs[2], sig.shared[2], sig.in_shapes[2], len(sig.out_shape))
+        return y
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        ga, gb = matmul_backward(xp, xs[0], xs[1], *sig.shared[:2], *sig.in_shapes[:2], gy, needs[:2])
+        gc = unbroadcast(gy, sig.shared[2], sig.in_shapes[2]) if needs[2] else None
+        return ga, gb, gc

@@ -1,0 +1,111 @@
+"""The Op base class and the registry of primitive ops.
+
+One class per op (Chainer's shape): `infer` gives the per-instance output shape, `forward`
+runs a whole batch at once, `backward` is its batched vector-Jacobian product. Every array a
+kernel sees has a leading batch axis of size B, except operands that are shared Parameters
+(`sig.shared[i]`), which arrive once, unbatched. Eager mode calls the same kernels with B = 1.
+"""
+from ..signature import check  # noqa: F401  (re-exported for op modules)
+
+OPS: list = []
+
+
+class Op:
+    """A primitive op. Subclasses set `name` and implement infer/forward/backward."""
+
+    name = "op"
+    batchable = True     # False: nodes run one at a time (a batch of one each)
+    cost = 0             # agenda tie-break: cheap (elementwise) ops run before heavy ones
+    uses_aux = False     # True: each node carries one integer (a row index, a label)
+    executed = True      # False for inputs, whose values exist at record time
+    needs_batched = True  # False: may run with shared operands only (its aux sizes the batch)
+    id = -1
+
+    def infer(self, attrs, shapes, dtypes):
+        """Per-instance output (shape, dtype); raise ShapeError on a mismatch."""
+        raise NotImplementedError
+
+    def check_aux(self, sig, aux):
+        """Validate a node's integer datum at record time (raise IndexError/ValueError)."""
+
+    def forward(self, xp, sig, xs, aux):
+        """Batched forward: xs[i] is (B,)+shape, or the raw parameter when sig.shared[i]."""
+        raise NotImplementedError
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        """Gradients for each operand i with needs[i]; None elsewhere.
+
+        A batched operand's gradient has shape (B,)+shape; a shared parameter's gradient has
+        the parameter's shape (already summed over the batch) or is a RowGrad.
+        """
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<op {self.name}>"
+
+
+class RowGrad:
+    """A sparse parameter gradient: `values[k]` adds into row `rows[k]` (embedding lookups)."""
+
+    __slots__ = ("rows", "values")
+
+    def __init__(self, rows, values):
+        self.rows = rows
+        self.values = values
+
+
+def register(op_cls):
+    """Class decorator: instantiate the op and give it its registry id."""
+    op = op_cls()
+    op.id = len(OPS)
+    OPS.append(op)
+    return op
+
+
+def expand(x, shared, in_shape, out_ndim):
+    """View a batched operand so it broadcasts per instance against a (B,)+out shape.
+
+    Per-instance numpy broadcasting aligns trailing axes; the batch axis stays first, so a
+    batched operand of lower rank gets singleton axes inserted after the batch axis. Shared
+    operands carry no batch axis and already align from the right.
+    """
+    k = len(in_shape)
+    if shared or k == out_ndim:
+        return x
+    return x.reshape((x.shape[0],) + (1,) * (out_ndim - k) + tuple(in_shape))
+
+
+def unbroadcast(g, shared, in_shape):
+    """Sum a (B,)+out gradient back to an operand's shape (per instance, or whole for shared)."""
+    out_ndim = g.ndim - 1
+    k = len(in_shape)
+    lead = out_ndim - k
+    axes = tuple(range(1, 1 + lead)) + tuple(
+        1 + lead + i for i, s in enumerate(in_shape) if s == 1 and g.shape[1 + lead + i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+        g = g.reshape((g.shape[0],) + tuple(in_shape))
+    if shared:
+        g = g.sum(axis=0)
+    return g
+
+
+def broadcast_shape(op_name, shapes):
+    """numpy's broadcast of per-instance shapes, or a ShapeError naming them all."""
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for i in range(ndim):
+        dims = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0} - {1}
+        check(len(dims) <= 1, op_name, shapes, "they do not broadcast")
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def as_batched(xp, x, shared, batch):
+    """A shared operand repeated along a new batch axis (a view), for kernels that need one."""
+    return xp.broadcast_to(x, (batch,) + x.shape) if shared else x
+
+
+def batch_size(xs, sig):
+    """B for a kernel call: the leading axis of the first batched operand."""
+    return xs[sig.node_positions[0]].shape[0]

@@ -1,0 +1,152 @@
+"""Ops that move values around: inputs, parameter reads, concat, slicing, reshape, sum."""
+import numpy as np
+
+from .registry import Op, register, check, as_batched
+from .. import signature
+
+
+@register
+class Input(Op):
+    """A constant recorded with its value; never executed, never differentiated."""
+    name = "input"
+    executed = False
+
+    def infer(self, attrs, shapes, dtypes):
+        return signature.TYPES[attrs[0]]
+
+
+@register
+class ParamRead(Op):
+    """A parameter used as a per-instance value (e.g. tanh(W)): broadcast over the batch.
+
+    Recording inserts it when an op would otherwise have only shared operands, so every
+    other kernel can rely on at least one batched operand. Its aux only sizes the batch.
+    """
+    name = "param"
+    uses_aux = True
+    needs_batched = False
+
+    def infer(self, attrs, shapes, dtypes):
+        return shapes[0], dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        return xp.broadcast_to(xs[0], (len(aux),) + xs[0].shape)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        return (gy.sum(axis=0),)
+
+
+@register
+class Concat(Op):
+    name = "concat"
+
+    def infer(self, attrs, shapes, dtypes):
+        axis = attrs[0]
+        first = shapes[0]
+        check(len(first) > axis, self.name, shapes, f"axis {axis} out of range")
+        check(all(len(s) == len(first) and s[:axis] == first[:axis] and s[axis + 1:] == first[axis + 1:]
+                  for s in shapes), self.name, shapes, f"shapes differ off the concat axis {axis}")
+        check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")
+        return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1:], dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        B = xs[sig.node_positions[0]].shape[0]
+        return xp.concatenate([as_batched(xp, x, s, B) for x, s in zip(xs, sig.shared)], axis=sig.attrs[0] + 1)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        axis = sig.attrs[0] + 1
+        grads, start = [], 0
+        for shape, shared, need in zip(sig.in_shapes, sig.shared, needs):
+            stop = start + shape[axis - 1]
+            if need:
+                g = gy[(slice(None),) * axis + (slice(start, stop),)]
+                grads.append(g.sum(axis=0) if shared else g)
+            else:
+                grads.append(None)
+            start = stop
+        return tuple(grads)
+
+
+def normalize_index(key, shape):
+    """A hashable, bounds-resolved form of a basic index (ints and slices) for one instance."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices ({len(key)}) for a value of shape {shape}")
+    out = []
+    for k, n in zip(key, shape):
+        if isinstance(k, slice):
+            out.append(("s",) + k.indices(n))
+        elif isinstance(k, (int, np.integer)):
+            k = int(k)
+            if not -n <= k < n:
+                raise IndexError(f"index {k} out of range for an axis of length {n} (shape {shape})")
+            out.append(("i", k % n))
+        else:
+            raise TypeError(f"futures take int and slice indices only, not {type(k).__name__}")
+    return tuple(out)
+
+
+def _index(attrs):
+    return (slice(None),) + tuple(slice(*k[1:]) if k[0] == "s" else k[1] for k in attrs)
+
+
+@register
+class Slice(Op):
+    name = "slice"
+
+    def infer(self, attrs, shapes, dtypes):
+        return np.empty(shapes[0], np.bool_)[_index(attrs)[1:]].shape, dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        return xs[0][_index(sig.attrs)]
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        g = xp.zeros(xs[0].shape, gy.dtype)
+        g[_index(sig.attrs)] = gy
+        return (g,)
+
+
+@register
+class Reshape(Op):
+    name = "reshape"
+
+    def infer(self, attrs, shapes, dtypes):
+        check(int(np.prod(attrs, dtype=np.int64)) == int(np.prod(shapes[0], dtype=np.int64)), self.name,
+              (shapes[0], attrs), "element counts differ")
+        return attrs, dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        return xs[0].reshape((xs[0].shape[0],) + sig.out_shape)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        return (gy.reshape(xs[0].shape),)
+
+
+@register
+class Sum(Op):
+    """Sum of all elements (attrs (None,)) or along one per-instance axis."""
+    name = "sum"
+
+    def infer(self, attrs, shapes, dtypes):
+        axis = attrs[0]
+        if axis is None:
+            return (), dtypes[0]
+        check(0 <= axis < len(shapes[0]), self.name, shapes, f"axis {axis} out of range")
+        return shapes[0][:axis] + shapes[0][axis + 1:], dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        x = xs[0]
+        axis = sig.attrs[0]
+        if axis is None:
+            return x.reshape(x.shape[0], -1).sum(axis=1)
+        return x.sum(axis=axis + 1)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        axis = sig.attrs[0]
+        x = xs[0]
+        if axis is None:
+            g = gy.reshape((x.shape[0],) + (1,) * (x.ndim - 1))
+        else:
+            g = xp.expand_dims(gy, axis + 1)
+        return (xp.broadcast_to(g, x.shape).copy(),)

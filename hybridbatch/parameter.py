@@ -1,0 +1,135 @@
+"""Trainable parameters and their initializers.
+
+A Parameter is shared by every instance in a batch: ops that take one get a shared-parameter
+signature (DyNet App. A), so all their calls batch into one kernel over the stacked instances.
+"""
+import itertools
+import math
+import weakref
+
+import numpy as np
+
+from . import backend
+
+_ids = itertools.count()
+_live = weakref.WeakValueDictionary()
+
+
+def by_id(pid: int) -> "Parameter":
+    """The live Parameter with this id (signatures refer to parameters by id)."""
+    return _live[pid]
+
+
+def _fan(shape):
+    if len(shape) == 0:
+        return 1, 1
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    receptive = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    return shape[1] * receptive, shape[0] * receptive
+
+
+class Initializer:
+    """Callable (shape, dtype, rng) -> numpy array."""
+
+    def __call__(self, shape, dtype, rng):
+        raise NotImplementedError
+
+
+class Zeros(Initializer):
+    def __call__(self, shape, dtype, rng):
+        return np.zeros(shape, dtype)
+
+
+class Constant(Initializer):
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, shape, dtype, rng):
+        return np.full(shape, self.value, dtype)
+
+
+class Uniform(Initializer):
+    def __init__(self, scale=0.07):
+        self.scale = scale
+
+    def __call__(self, shape, dtype, rng):
+        return rng.uniform(-self.scale, self.scale, shape).astype(dtype)
+
+
+class Normal(Initializer):
+    def __init__(self, sigma=0.01):
+        self.sigma = sigma
+
+    def __call__(self, shape, dtype, rng):
+        return (rng.standard_normal(shape) * self.sigma).astype(dtype)
+
+
+class Xavier(Initializer):
+    """Glorot uniform: U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
+
+    def __init__(self, gain=1.0):
+        self.gain = gain
+
+    def __call__(self, shape, dtype, rng):
+        fan_in, fan_out = _fan(shape)
+        a = self.gain * math.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-a, a, shape).astype(dtype)
+
+
+_INITS = {"zeros": Zeros, "uniform": Uniform, "normal": Normal, "xavier": Xavier, "glorot": Xavier}
+
+
+def initializer(spec) -> Initializer:
+    """An Initializer from a name ("xavier", "zeros", ...), a number (constant) or an instance."""
+    if isinstance(spec, Initializer):
+        return spec
+    if isinstance(spec, (int, float)):
+        return Constant(spec)
+    try:
+        return _INITS[spec]()
+    except KeyError:
+        raise ValueError(f"unknown initializer {spec!r}; expected one of {sorted(_INITS)}") from None
+
+
+class Parameter:
+    """A named trainable array with its gradient.
+
+    `data` keeps its shape for life (signatures that name this parameter assume it);
+    `grad` accumulates over backward calls until a Trainer step or `zero_grad()` clears it.
+    """
+
+    def __init__(self, name, shape, init="xavier", dtype=np.float32, rng=None, grad_req="write"):
+        self.name = name
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.pid = next(_ids)
+        self.grad_req = grad_req
+        rng = rng if rng is not None else np.random.default_rng(self.pid)
+        self._data = backend.xp().asarray(initializer(init)(self.shape, self.dtype, rng))
+        self.grad = backend.xp().zeros(self.shape, self.dtype)
+        _live[self.pid] = self
+
+    @property
+    def data(self):
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        value = backend.xp().asarray(value, dtype=self.dtype)
+        if value.shape != self.shape:
+            raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set data of shape {value.shape}")
+        self._data = value
+
+    def set_data(self, value):
+        self.data = value
+
+    def zero_grad(self):
+        self.grad[...] = 0
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"Parameter({self.name!r}, shape={self.shape}, dtype={self.dtype.name})"

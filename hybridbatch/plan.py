@@ -1,0 +1,140 @@
+"""A flush's batches made executable: where every value lives and what each batch gathers.
+
+Values live in arenas, one array per (flush, type) whose rows are the flush's nodes of
+that type in execution order. A batch's outputs are therefore contiguous rows: writing
+them is one slice assignment, and an operand whose rows come from one earlier batch in
+order is a view, not a copy (gather kind 0). Other operands are one `take` from a single
+arena (kind 1) or, across flushes, a few (kind 2).
+"""
+import numpy as np
+from numba import njit
+
+from .schedule import GraphView, lower_bound
+from . import signature
+
+SLICE, TAKE, MIXED = 0, 1, 2
+
+
+@njit(cache=True)
+def _assign_rows(order, type_local, executable, n_types):
+    """Arena row per node: inputs first (by id), then executed nodes in schedule order."""
+    n = type_local.shape[0]
+    counts = np.zeros(n_types, np.int64)
+    rows = np.empty(n, np.int64)
+    for v in range(n):
+        if not executable[v]:
+            t = type_local[v]
+            rows[v] = counts[t]
+            counts[t] += 1
+    for k in range(order.shape[0]):
+        v = order[k]
+        t = type_local[v]
+        rows[v] = counts[t]
+        counts[t] += 1
+    return rows, counts
+
+
+@njit(cache=True)
+def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const):
+    """For each (batch, operand position): how to gather the operand rows of the batch."""
+    nb = bptr.shape[0] - 1
+    g_ptr = np.zeros(nb + 1, np.int64)
+    total = 0
+    for b in range(nb):
+        v0 = order[bptr[b]]
+        k = arg_ptr[v0 + 1] - arg_ptr[v0]
+        g_ptr[b + 1] = g_ptr[b] + k
+        total += k * (bptr[b + 1] - bptr[b])
+    ng = g_ptr[nb]
+    kind = np.empty(ng, np.int64)
+    arena = np.empty(ng, np.int64)
+    start = np.empty(ng, np.int64)
+    off = np.empty(ng, np.int64)
+    const = np.empty(ng, np.bool_)
+    rows = np.empty(total, np.int64)
+    row_arena = np.empty(total, np.int64)
+    p = 0
+    for b in range(nb):
+        size = bptr[b + 1] - bptr[b]
+        for j in range(g_ptr[b + 1] - g_ptr[b]):
+            g = g_ptr[b] + j
+            single = True
+            consecutive = True
+            all_const = True
+            for i in range(size):
+                v = order[bptr[b] + i]
+                u = args[arg_ptr[v] + j]
+                rows[p + i] = loc_row[u]
+                row_arena[p + i] = loc_arena[u]
+                if row_arena[p + i] != row_arena[p]:
+                    single = False
+                if rows[p + i] != rows[p] + i:
+                    consecutive = False
+                if not is_const[u]:
+                    all_const = False
+            kind[g] = 0 if (single and consecutive) else (1 if single else 2)
+            arena[g] = row_arena[p]
+            start[g] = rows[p]
+            off[g] = p
+            const[g] = all_const
+            p += size
+    return g_ptr, kind, arena, start, off, const, rows, row_arena
+
+
+class Plan:
+    """One flush: nodes [start, stop), their batches, arenas and gather specs."""
+
+    def __init__(self, graph, start, policy, arenas, loc_arena, loc_row, is_const):
+        self.start, self.stop = start, len(graph)
+        sig, typ, depth, self.aux, arg_ptr, args = graph.delta(start)
+        usig, sig_local = np.unique(sig, return_inverse=True)
+        sigs = [signature.SIGS[s] for s in usig]
+        executable = np.array([s.op.executed for s in sigs], np.bool_)[sig_local]
+        args_local = args - start
+        args_local[args_local < 0] = -1
+        self.view = GraphView(sig_local.astype(np.int64), depth, arg_ptr, args_local, executable,
+                              np.array([not s.batchable for s in sigs], np.bool_),
+                              np.array([s.op.cost for s in sigs], np.int64))
+        order, bptr = policy(self.view)
+        self.order, self.bptr = order, bptr
+        self.args, self.arg_ptr = args, arg_ptr
+
+        # arenas: one per type of this flush, rows in execution order
+        utype, type_local = np.unique(typ, return_inverse=True)
+        rows, counts = _assign_rows(order, type_local, executable, len(utype))
+        base = len(arenas)
+        for t, count in zip(utype, counts):
+            shape, dtype = signature.TYPES[t]
+            arenas.append(np.empty((int(count),) + shape, dtype))
+        loc_arena.extend(base + type_local)
+        loc_row.extend(rows)
+        is_const.extend(~executable)
+        for nid, value in graph.constants.items():
+            arenas[base + type_local[nid - start]][rows[nid - start]] = value
+        graph.constants.clear()
+
+        first = order[bptr[:-1]]
+        self.batch_sig = sig[first].tolist()
+        self.out_arena = (base + type_local[first]).tolist()
+        self.out_start = rows[first].tolist()
+        self.sizes = np.diff(bptr).tolist()
+        specs = _gather_specs(order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view)
+        self.g_ptr = specs[0].tolist()
+        self.g_kind, self.g_arena, self.g_start = specs[1].tolist(), specs[2].tolist(), specs[3].tolist()
+        self.g_off, self.g_const = specs[4].tolist(), specs[5].tolist()
+        self.rows, self.row_arena = specs[6], specs[7]
+
+    @property
+    def n_batches(self):
+        return len(self.sizes)
+
+    @property
+    def n_executed(self):
+        return len(self.order)
+
+    def lower_bound(self):
+        return lower_bound(self.view)
+
+    def batch_nodes(self, b):
+        """Local ids of batch b's nodes, in row order."""
+        return self.order[self.bptr[b]:self.bptr[b + 1]]

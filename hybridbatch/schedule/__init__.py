@@ -1,0 +1,22 @@
+"""Scheduling policies: pure functions GraphView -> (order, batch_ptr).
+
+`order` lists the view's executed nodes; batch k is order[batch_ptr[k]:batch_ptr[k+1]],
+all of one signature, each node's operands in earlier batches.
+"""
+from .agenda import agenda
+from .depth import by_depth
+from .graph_view import GraphView  # noqa: F401
+from .lower_bound import lower_bound  # noqa: F401
+
+POLICIES = {"agenda": agenda, "depth": by_depth}
+
+
+def get_policy(policy):
+    """A scheduling function from a name or a callable(view) -> (order, batch_ptr)."""
+    if callable(policy):
+        return policy
+    try:
+        return POLICIES[policy]
+    except KeyError:
+        raise ValueError(f"unknown batching policy {policy!r}; expected one of {sorted(POLICIES)} "
+                         f"or a callable(view) -> (order, batch_ptr)") from None

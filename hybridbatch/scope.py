@@ -1,0 +1,223 @@
+"""The batching scope: records ops as graph nodes, flushes the pending delta in batches.
+
+`with hb.batching() as scope:` makes recording the thread's mode. A flush (scope exit,
+`.asnumpy()`, `scope.forward()`, `backward()`) schedules and runs every pending node, not
+only the ancestors of the value asked for, so reading one value mid-scope keeps the rest
+batched; recording may go on after a flush and the next flush runs the new delta.
+"""
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .autograd import run_backward
+from .errors import ScopeError
+from .execute import run_forward
+from .future import Future
+from .graph import Graph, Growable
+from .ops.shape import Input, ParamRead
+from .parameter import Parameter
+from .plan import Plan
+from .schedule import get_policy
+from . import backend, signature
+
+_local = threading.local()
+_sig_by_key = signature._sig_by_key
+
+GRANULARITIES = ("op",)
+
+
+def current():
+    """The batching scope recording on this thread, or None (eager mode)."""
+    return getattr(_local, "scope", None)
+
+
+@dataclass
+class Stats:
+    """What the scope did. Times in seconds; recording = time in scope not spent below."""
+    nodes: int
+    batches: int
+    lower_bound: int
+    flushes: int
+    record_seconds: float
+    schedule_seconds: float
+    execute_seconds: float
+    backward_seconds: float
+
+
+class batching:
+    """A recording scope. See the module docstring; `stats` reports after a flush."""
+
+    def __init__(self, policy="agenda", granularity="op", check_numerics=False):
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
+        self.policy = get_policy(policy)
+        self.granularity = granularity
+        self.check_numerics = check_numerics
+        self.graph = Graph(track_origin=check_numerics)
+        self.plans = []
+        self.arenas = []
+        self.loc_arena = Growable(np.int64)
+        self.loc_row = Growable(np.int64)
+        self.is_const = Growable(np.bool_)
+        self.flushed = 0
+        self.open = False
+        self.failure = None
+        self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
+        self._entered = self._exited = None
+
+    # -- scope protocol ---------------------------------------------------------------
+    def __enter__(self):
+        if current() is not None:
+            raise ScopeError("batching scopes do not nest; record into the open scope instead")
+        if self._entered is not None:
+            raise ScopeError("a batching scope can be entered once; make a new one")
+        _local.scope = self
+        self.open = True
+        self._entered = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _local.scope = None
+        try:
+            if exc_type is None:
+                self.forward()
+            else:
+                self.failure = exc
+        finally:
+            self.open = False
+            self._exited = time.perf_counter()
+        return False
+
+    # -- recording (the hot path) -----------------------------------------------------
+    def record(self, op, args, attrs=(), aux=-1):
+        """Append one node for `op` over `args`; returns its Future."""
+        if not self.open:
+            raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
+        g = self.graph
+        codes, ids = [], []
+        depth = 0
+        for a in args:
+            if a.__class__ is not Future:
+                if isinstance(a, Parameter):
+                    codes.append(-a.pid - 1)
+                    continue
+                a = self.constant(a)
+            elif a.scope is not self:
+                raise ScopeError("a Future from another batching scope was used here; futures belong "
+                                 "to the scope that recorded them (read it with .asnumpy() first)")
+            i = a.id
+            codes.append(g.type[i])
+            ids.append(i)
+            d = g.depth[i]
+            if d > depth:
+                depth = d
+        if not ids and op.needs_batched:
+            return self.record(op, (self.record(ParamRead, args[:1], (), 0),) + tuple(args[1:]), attrs, aux)
+        codes = tuple(codes)
+        sig = _sig_by_key.get((op.id, attrs, codes)) or signature.intern(op, attrs, codes)
+        if op.uses_aux:
+            aux = int(aux)
+            op.check_aux(sig, aux)
+        nid = g.add(sig.id, sig.out_type, depth + 1, ids, aux)
+        if g.origin is not None:
+            g.origin.append(_caller())
+        return Future(self, nid)
+
+    def constant(self, value):
+        """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
+        if not self.open:
+            raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
+        from .eager import Tensor
+        if isinstance(value, Tensor):
+            value = value.value[0]
+        elif isinstance(value, Future):
+            raise ScopeError("a Future from another batching scope was used here")
+        value = backend.to_array(value)
+        sig = signature.intern(Input, (signature.type_id(value.shape, value.dtype),), ())
+        nid = self.graph.add(sig.id, sig.out_type, 0, (), -1)
+        self.graph.constants[nid] = value
+        if self.graph.origin is not None:
+            self.graph.origin.append(_caller())
+        return Future(self, nid)
+
+    # -- flushing ---------------------------------------------------------------------
+    def forward(self):
+        """Schedule and run every pending node (the delta since the last flush)."""
+        self._check_usable()
+        start = self.flushed
+        if start == len(self.graph):
+            return
+        t0 = time.perf_counter()
+        plan = Plan(self.graph, start, self.policy, self.arenas, self.loc_arena, self.loc_row, self.is_const)
+        self.flushed = plan.stop
+        t1 = time.perf_counter()
+        self.plans.append(plan)
+        try:
+            run_forward(plan, self.arenas, backend.xp(), self.graph.origin)
+        except BaseException as e:
+            self.failure = e
+            raise
+        finally:
+            t2 = time.perf_counter()
+            self._times["schedule"] += t1 - t0
+            self._times["execute"] += t2 - t1
+            if self.open:
+                self._times["busy_inside"] += t2 - t0
+
+    def value(self, nid):
+        """A copy of node nid's value, flushing first if it is still pending."""
+        if nid >= self.flushed:
+            if not self.open:
+                raise ScopeError("this value was never computed: its scope closed without a flush")
+            self.forward()
+        self._check_usable()
+        return backend.to_numpy(self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]).copy()
+
+    def backward(self, nid):
+        """Gradients of scalar node nid into the Parameters it depends on."""
+        shape = signature.SIGS[self.graph.sig[nid]].out_shape
+        if shape != ():
+            raise ValueError(f"backward() needs a scalar; this value has shape {shape}")
+        if nid >= self.flushed:
+            self.forward()
+        self._check_usable()
+        t0 = time.perf_counter()
+        run_backward(self.plans, self.arenas, nid, self.loc_arena.data, self.loc_row.data,
+                     self.flushed, backend.xp())
+        spent = time.perf_counter() - t0
+        self._times["backward"] += spent
+        if self.open:
+            self._times["busy_inside"] += spent
+
+    def _check_usable(self):
+        if self.failure is not None:
+            raise ScopeError(f"this batching scope was abandoned by an exception "
+                             f"({type(self.failure).__name__}: {self.failure}); its values are not available")
+
+    # -- reporting --------------------------------------------------------------------
+    @property
+    def stats(self) -> Stats:
+        t = self._times
+        end = self._exited if self._exited is not None else time.perf_counter()
+        inside = (end - self._entered) if self._entered is not None else 0.0
+        return Stats(
+            nodes=sum(p.n_executed for p in self.plans),
+            batches=sum(p.n_batches for p in self.plans),
+            lower_bound=sum(p.lower_bound() for p in self.plans),
+            flushes=len(self.plans),
+            record_seconds=max(inside - t["busy_inside"], 0.0),
+            schedule_seconds=t["schedule"],
+            execute_seconds=t["execute"],
+            backward_seconds=t["backward"],
+        )
+
+
+def _caller():
+    """file:line of the first frame outside this package (where the user recorded the op)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith("hybridbatch."):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "<unknown>"
