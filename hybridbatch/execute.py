@@ -70,7 +70,7 @@ def run_forward(plan, arenas, xp, origin=None):
         y = op.forward(xp, sig, operands(plan, arenas, b, sig, size), batch_aux(plan, b, op))
         if y.shape[1:] != sig.out_shape or y.shape[0] != size:
             raise AssertionError(f"kernel {op.name} returned {y.shape}, expected {(size,) + sig.out_shape}")
-        if origin is not None and not xp.isfinite(y).all():
+        if origin is not None and not xp.isfinite(y).all():   # check_numerics
             raise_numerics(plan, b, sig, y, origin, xp)
         s = plan.out_start[b]
         arenas[plan.out_arena[b]][s:s + size] = y

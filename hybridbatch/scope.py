@@ -169,11 +169,9 @@ class batching:
 
     def value(self, nid):
         """A copy of node nid's value, flushing first if it is still pending."""
-        if nid >= self.flushed:
-            if not self.open:
-                raise ScopeError("this value was never computed: its scope closed without a flush")
-            self.forward()
         self._check_usable()
+        if nid >= self.flushed:
+            self.forward()
         return backend.to_numpy(self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]).copy()
 
     def backward(self, nid):

@@ -1,0 +1,157 @@
+"""The batching scope: laziness, flushes, incremental recording, errors at the recording line."""
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+
+
+@pytest.fixture
+def cell():
+    rng = np.random.default_rng(0)
+    W = hb.Parameter("W", (3, 5), rng=rng)
+    b = hb.Parameter("b", (3,), init="normal", rng=rng)
+    return W, b
+
+
+def step(W, b, h, x):
+    return hb.tanh(W @ hb.concat([h, x]) + b)
+
+
+def test_futures_are_lazy_until_a_flush(cell):
+    W, b = cell
+    with hb.batching() as scope:
+        y = step(W, b, np.zeros(3, np.float32), np.ones(2, np.float32))
+        assert isinstance(y, hb.Future)
+        assert y.shape == (3,) and y.dtype == np.float32
+        assert scope.flushed == 0 and scope.plans == []
+    assert len(scope.plans) == 1
+    expected = np.tanh(W.data @ np.r_[np.zeros(3), np.ones(2)].astype(np.float32) + b.data)
+    np.testing.assert_allclose(y.asnumpy(), expected, rtol=1e-6)
+
+
+def test_reading_a_value_flushes_every_pending_node(cell):
+    W, b = cell
+    with hb.batching() as scope:
+        ys = [step(W, b, np.zeros(3, np.float32), np.full(2, i, np.float32)) for i in range(4)]
+        ys[0].asnumpy()
+        assert scope.flushed == len(scope.graph)
+        # all four instances ran in the same batches: one batch per op
+        assert scope.stats.batches == 4
+        assert scope.stats.nodes == 16
+
+
+def test_incremental_flush_runs_only_the_delta(cell):
+    W, b = cell
+    x = np.arange(2, dtype=np.float32)
+    eager = step(W, b, step(W, b, np.zeros(3, np.float32), x), x).asnumpy()
+    with hb.batching() as scope:
+        h = step(W, b, np.zeros(3, np.float32), x)
+        first = h.asnumpy()
+        h2 = step(W, b, h, x)
+    assert scope.stats.flushes == 2
+    assert [p.n_executed for p in scope.plans] == [4, 4]
+    np.testing.assert_allclose(first, np.tanh(W.data @ np.r_[np.zeros(3), x] + b.data), rtol=1e-6)
+    np.testing.assert_allclose(h2.asnumpy(), eager, rtol=1e-6)
+
+
+def test_backward_across_flushes_matches_eager(cell):
+    W, b = cell
+    x = np.arange(2, dtype=np.float32)
+    loss = hb.pick_neg_log_softmax(step(W, b, step(W, b, np.zeros(3, np.float32), x), x), 2)
+    loss.backward()
+    gW, gb = W.grad.copy(), b.grad.copy()
+    W.zero_grad()
+    b.zero_grad()
+    with hb.batching():
+        h = step(W, b, np.zeros(3, np.float32), x)
+        h.asnumpy()
+        loss = hb.pick_neg_log_softmax(step(W, b, h, x), 2)
+    loss.backward()
+    np.testing.assert_allclose(W.grad, gW, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(b.grad, gb, rtol=1e-5, atol=1e-7)
+
+
+def test_values_stay_readable_after_the_scope(cell):
+    W, b = cell
+    with hb.batching():
+        y = step(W, b, np.zeros(3, np.float32), np.ones(2, np.float32))
+    assert np.isfinite(y.asnumpy()).all()
+    assert float(hb.sum(y.asnumpy())) == pytest.approx(float(y.asnumpy().sum()), rel=1e-6)
+
+
+def test_shape_error_names_op_and_shapes_at_the_recording_call(cell):
+    W, _ = cell
+    with pytest.raises(hb.ShapeError, match=r"matmul.*\(3, 5\).*\(4,\)"):
+        with hb.batching():
+            W @ hb.array(np.zeros(4, np.float32))
+    with pytest.raises(hb.ShapeError, match=r"add.*\(3,\).*\(4,\)"):
+        hb.array(np.zeros(3, np.float32)) + hb.array(np.zeros(4, np.float32))
+
+
+def test_future_used_after_its_scope_is_refused(cell):
+    W, b = cell
+    with hb.batching():
+        y = step(W, b, np.zeros(3, np.float32), np.ones(2, np.float32))
+    with pytest.raises(hb.ScopeError, match="outside its batching scope"):
+        hb.tanh(y)
+    with hb.batching():
+        with pytest.raises(hb.ScopeError, match="another batching scope"):
+            hb.tanh(y)
+
+
+def test_abandoned_scope_refuses_reads_with_the_cause(cell):
+    W, b = cell
+    with pytest.raises(KeyError):
+        with hb.batching():
+            y = step(W, b, np.zeros(3, np.float32), np.ones(2, np.float32))
+            raise KeyError("user bug")
+    with pytest.raises(hb.ScopeError, match="abandoned.*KeyError"):
+        y.asnumpy()
+
+
+def test_scopes_do_not_nest():
+    with hb.batching():
+        with pytest.raises(hb.ScopeError, match="nest"):
+            with hb.batching():
+                pass
+
+
+def test_check_numerics_names_the_op_and_the_recording_line():
+    x = hb.Parameter("x", (3,), init=-1.0)
+    with pytest.raises(hb.NumericsError) as info:
+        with hb.batching(check_numerics=True):
+            hb.log(x * 1.0)   # log of a negative number
+    message = str(info.value)
+    assert "log" in message and "test_scope.py" in message
+
+
+def test_unbatchable_ops_run_one_by_one():
+    def double(v):
+        return 2 * v
+
+    with hb.batching() as scope:
+        ys = [hb.py_func(double, np.full(2, i, np.float32), out_shape=(2,)) for i in range(3)]
+    assert scope.stats.batches == 3 and scope.stats.lower_bound == 3
+    for i, y in enumerate(ys):
+        np.testing.assert_array_equal(y.asnumpy(), np.full(2, 2 * i))
+
+
+def test_only_parameters_as_operands(cell):
+    W, _ = cell
+    expected = np.tanh(W.data)
+    with hb.batching():
+        ys = [hb.tanh(W) for _ in range(3)]
+    for y in ys:
+        np.testing.assert_allclose(y.asnumpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(hb.tanh(W).asnumpy(), expected, rtol=1e-6)
+
+
+def test_stats_split_time():
+    W = hb.Parameter("W", (4, 4))
+    with hb.batching() as scope:
+        h = hb.array(np.ones(4, np.float32))
+        for _ in range(10):
+            h = hb.tanh(W @ h)
+    s = scope.stats
+    assert s.nodes == 20 and s.batches == 20 and s.lower_bound == 20
+    assert s.record_seconds > 0 and s.schedule_seconds > 0 and s.execute_seconds > 0
