@@ -51,10 +51,11 @@ def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
             continue
         _mark_ancestors(mark, plan.start, plan.arg_ptr, plan.args)
         for b in range(plan.n_batches - 1, -1, -1):
-            a = plan.out_arena[b]
-            if grads[a] is None or not mark[plan.start + plan.batch_nodes(b)].any():
+            outs = plan.outs[b]
+            if all(grads[a] is None for a, _ in outs) or not mark[plan.start + plan.batch_nodes(b)].any():
                 continue
             sig = sigs[plan.batch_sig[b]]
+            op = sig.op
             size = plan.sizes[b]
             g0 = plan.g_ptr[b]
             needs, k = [], g0
@@ -64,12 +65,16 @@ def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
                     k += 1
                 else:
                     needs.append(by_id(pid).grad_req != "null")
-            if not any(needs):
+            if not any(needs) and not op.saves:
                 continue
-            s = plan.out_start[b]
             xs = operands(plan, arenas, b, sig, size)
-            gxs = sig.op.backward(xp, sig, xs, batch_aux(plan, b, sig.op), arenas[a][s:s + size],
-                                  grads[a][s:s + size], needs)
+            ys = [arenas[a][s:s + size] for a, s in outs]
+            gys = [grad_arena(a)[s:s + size] for a, s in outs]
+            extra = {"saved": plan.saved.get(b)} if op.saves else {}
+            if op.n_out > 1:
+                gxs = op.backward(xp, sig, xs, batch_aux(plan, b, op), ys, gys, needs, **extra)
+            else:
+                gxs = op.backward(xp, sig, xs, batch_aux(plan, b, op), ys[0], gys[0], needs, **extra)
             k = g0
             for pid, need, gx in zip(sig.params, needs, gxs):
                 if pid is not None:

@@ -68,12 +68,15 @@ def run_forward(plan, arenas, xp, origin=None):
         sig = sigs[plan.batch_sig[b]]
         op = sig.op
         y = op.forward(xp, sig, operands(plan, arenas, b, sig, size), batch_aux(plan, b, op))
-        if y.shape[1:] != sig.out_shape or y.shape[0] != size:
-            raise AssertionError(f"kernel {op.name} returned {y.shape}, expected {(size,) + sig.out_shape}")
-        if origin is not None and not xp.isfinite(y).all():   # check_numerics
-            raise_numerics(plan, b, sig, y, origin, xp)
-        s = plan.out_start[b]
-        arenas[plan.out_arena[b]][s:s + size] = y
+        if op.saves:
+            y, plan.saved[b] = y
+        for yj, (a, s) in zip(y if op.n_out > 1 else (y,), plan.outs[b]):
+            dst = arenas[a][s:s + size]
+            if yj.shape != dst.shape:
+                raise AssertionError(f"kernel {op.name} returned {yj.shape}, expected {dst.shape}")
+            if origin is not None and not xp.isfinite(yj).all():   # check_numerics
+                raise_numerics(plan, b, sig, yj, origin, xp)
+            dst[...] = yj
 
 
 def raise_numerics(plan, b, sig, y, origin, xp):

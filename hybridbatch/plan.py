@@ -9,28 +9,35 @@ arena (kind 1) or, across flushes, a few (kind 2).
 import numpy as np
 from numba import njit
 
+from .ops.shape import Input, Output
 from .schedule import GraphView, lower_bound
-from . import signature
+from . import backend, signature
 
 SLICE, TAKE, MIXED = 0, 1, 2
 
 
 @njit(cache=True)
-def _assign_rows(order, type_local, executable, n_types):
-    """Arena row per node: inputs first (by id), then executed nodes in schedule order."""
+def _assign_rows(order, bptr, type_local, is_input, n_out, n_types):
+    """Arena row per node: inputs first (by id), then executed nodes in schedule order.
+
+    A node with several outputs owns the nodes right after it (its extra outputs); each
+    output of a batch gets its own contiguous run of rows.
+    """
     n = type_local.shape[0]
     counts = np.zeros(n_types, np.int64)
     rows = np.empty(n, np.int64)
     for v in range(n):
-        if not executable[v]:
+        if is_input[v]:
             t = type_local[v]
             rows[v] = counts[t]
             counts[t] += 1
-    for k in range(order.shape[0]):
-        v = order[k]
-        t = type_local[v]
-        rows[v] = counts[t]
-        counts[t] += 1
+    for b in range(bptr.shape[0] - 1):
+        for j in range(n_out[order[bptr[b]]]):
+            for k in range(bptr[b], bptr[b + 1]):
+                v = order[k] + j
+                t = type_local[v]
+                rows[v] = counts[t]
+                counts[t] += 1
     return rows, counts
 
 
@@ -88,36 +95,46 @@ class Plan:
         self.start, self.stop = start, len(graph)
         sig, typ, depth, self.aux, arg_ptr, args = graph.delta(start)
         usig, sig_local = np.unique(sig, return_inverse=True)
-        sigs = [signature.SIGS[s] for s in usig]
-        executable = np.array([s.op.executed for s in sigs], np.bool_)[sig_local]
+        ops = [signature.SIGS[s].op for s in usig]
+        executable = np.array([op.executed for op in ops], np.bool_)[sig_local]
+        is_input = np.array([op is Input for op in ops], np.bool_)[sig_local]
+        n_out = np.array([op.n_out for op in ops], np.int64)[sig_local]
+        # an extra output (node v + j of a multi-output node v) stands for v when scheduling
+        out_index = np.array([s.attrs[0] if s.op is Output else 0 for s in map(signature.SIGS.__getitem__, usig)],
+                             np.int64)[sig_local]
         args_local = args - start
         args_local[args_local < 0] = -1
+        inside = args_local >= 0
+        args_local[inside] -= out_index[args_local[inside]]
         self.view = GraphView(sig_local.astype(np.int64), depth, arg_ptr, args_local, executable,
-                              np.array([not s.batchable for s in sigs], np.bool_),
-                              np.array([s.op.cost for s in sigs], np.int64))
+                              np.array([not op.batchable for op in ops], np.bool_),
+                              np.array([op.cost for op in ops], np.int64))
         order, bptr = policy(self.view)
         self.order, self.bptr = order, bptr
         self.args, self.arg_ptr = args, arg_ptr
 
         # arenas: one per type of this flush, rows in execution order
         utype, type_local = np.unique(typ, return_inverse=True)
-        rows, counts = _assign_rows(order, type_local, executable, len(utype))
+        rows, counts = _assign_rows(order, bptr, type_local, is_input, n_out, len(utype))
         base = len(arenas)
+        xp = backend.xp()
         for t, count in zip(utype, counts):
             shape, dtype = signature.TYPES[t]
-            arenas.append(np.empty((int(count),) + shape, dtype))
+            arenas.append(xp.empty((int(count),) + shape, dtype))
         loc_arena.extend(base + type_local)
         loc_row.extend(rows)
-        is_const.extend(~executable)
+        is_const.extend(is_input)
         for nid, value in graph.constants.items():
             arenas[base + type_local[nid - start]][rows[nid - start]] = value
         graph.constants.clear()
 
         first = order[bptr[:-1]]
         self.batch_sig = sig[first].tolist()
-        self.out_arena = (base + type_local[first]).tolist()
-        self.out_start = rows[first].tolist()
+        arena_of, row_of = (base + type_local).tolist(), rows.tolist()
+        self.outs = [[(arena_of[v + j], row_of[v + j]) for j in range(k)]
+                     for v, k in zip(first.tolist(), n_out[first].tolist())]
         self.sizes = np.diff(bptr).tolist()
+        self.saved = {}
         specs = _gather_specs(order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view)
         self.g_ptr = specs[0].tolist()
         self.g_kind, self.g_arena, self.g_start = specs[1].tolist(), specs[2].tolist(), specs[3].tolist()

@@ -17,7 +17,7 @@ from .errors import ScopeError
 from .execute import run_forward
 from .future import Future
 from .graph import Graph, Growable
-from .ops.shape import Input, ParamRead
+from .ops.shape import Input, Output, ParamRead
 from .parameter import Parameter
 from .plan import Plan
 from .schedule import get_policy
@@ -26,7 +26,7 @@ from . import backend, signature
 _local = threading.local()
 _sig_by_key = signature._sig_by_key
 
-GRANULARITIES = ("op",)
+GRANULARITIES = ("op", "block")
 
 
 def current():
@@ -64,6 +64,7 @@ class batching:
         self.is_const = Growable(np.bool_)
         self.flushed = 0
         self.open = False
+        self.tracing = False
         self.failure = None
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
         self._entered = self._exited = None
@@ -121,10 +122,27 @@ class batching:
         if op.uses_aux:
             aux = int(aux)
             op.check_aux(sig, aux)
-        nid = g.add(sig.id, sig.out_type, depth + 1, ids, aux)
+        return Future(self, self._add(sig, depth + 1, ids, aux))
+
+    def _add(self, sig, depth, ids, aux):
+        g = self.graph
         if g.origin is not None:
             g.origin.append(_caller())
-        return Future(self, nid)
+        return g.add(sig.id, sig.out_type, depth, ids, aux)
+
+    def record_program(self, program, handles):
+        """One node for a whole traced block call (block granularity), plus its extra outputs."""
+        g = self.graph
+        ids = [h.id for h in handles]
+        codes = tuple(g.type[i] for i in ids)
+        sig = _sig_by_key.get((program.op.id, (), codes)) or signature.intern(program.op, (), codes)
+        depth = 1 + max((g.depth[i] for i in ids), default=0)
+        nid = self._add(sig, depth, ids, -1)
+        outs = [Future(self, nid)]
+        for j in range(1, len(program.outputs)):
+            out_sig = signature.intern(Output, (j, program.out_types[j]), ())
+            outs.append(Future(self, self._add(out_sig, depth, (nid,), -1)))
+        return program.structure(outs)
 
     def constant(self, value):
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
@@ -137,10 +155,8 @@ class batching:
             raise ScopeError("a Future from another batching scope was used here")
         value = backend.to_array(value)
         sig = signature.intern(Input, (signature.type_id(value.shape, value.dtype),), ())
-        nid = self.graph.add(sig.id, sig.out_type, 0, (), -1)
+        nid = self._add(sig, 0, (), -1)
         self.graph.constants[nid] = value
-        if self.graph.origin is not None:
-            self.graph.origin.append(_caller())
         return Future(self, nid)
 
     # -- flushing ---------------------------------------------------------------------
@@ -211,6 +227,20 @@ class batching:
             execute_seconds=t["execute"],
             backward_seconds=t["backward"],
         )
+
+
+def tracing():
+    """A fresh scope that records without executing, current until `end_tracing`."""
+    scope = batching()
+    scope.open = scope.tracing = True
+    scope._outer = current()
+    _local.scope = scope
+    return scope
+
+
+def end_tracing(scope):
+    _local.scope = scope._outer
+    scope.open = False
 
 
 def _caller():

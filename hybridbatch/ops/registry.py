@@ -18,6 +18,8 @@ class Op:
     cost = 0             # agenda tie-break: cheap (elementwise) ops run before heavy ones
     uses_aux = False     # True: each node carries one integer (a row index, a label)
     executed = True      # False for inputs, whose values exist at record time
+    n_out = 1            # outputs per node; >1 returns a tuple (see ops/shape.Output)
+    saves = False        # True: forward returns (y, saved) and backward receives saved=
     needs_batched = True  # False: may run with shared operands only (its aux sizes the batch)
     id = -1
 
@@ -32,7 +34,7 @@ class Op:
         """Batched forward: xs[i] is (B,)+shape, or the raw parameter when sig.shared[i]."""
         raise NotImplementedError
 
-    def backward(self, xp, sig, xs, aux, y, gy, needs):
+    def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):
         """Gradients for each operand i with needs[i]; None elsewhere.
 
         A batched operand's gradient has shape (B,)+shape; a shared parameter's gradient has

@@ -16,6 +16,21 @@ class Input(Op):
 
 
 @register
+class Output(Op):
+    """Output j (attrs (j, type id)) of the multi-output node recorded just before it.
+
+    Never executed: the producing node's kernel writes it. Scheduling reads it as its
+    producer, so a consumer waits for the producer's batch.
+    """
+    name = "output"
+    executed = False
+    n_out = 0
+
+    def infer(self, attrs, shapes, dtypes):
+        return signature.TYPES[attrs[1]]
+
+
+@register
 class ParamRead(Op):
     """A parameter used as a per-instance value (e.g. tanh(W)): broadcast over the batch.
 

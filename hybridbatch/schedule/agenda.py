@@ -8,15 +8,53 @@ lengths) wait and run together.
 import numpy as np
 from numba import njit
 
-from .graph_view import consumers, ready_counts
+
+@njit(cache=True)
+def _ready_counts(executable, arg_ptr, args):
+    """Per node, how many of its operands are executed nodes of this flush (still pending)."""
+    n = arg_ptr.shape[0] - 1
+    indeg = np.zeros(n, np.int64)
+    for v in range(n):
+        for e in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[e]
+            if u >= 0 and executable[u]:
+                indeg[v] += 1
+    return indeg
+
+
+@njit(cache=True)
+def _consumers(executable, arg_ptr, args):
+    """Reverse edges (CSR): for each executed node, the executed nodes that read it."""
+    n = arg_ptr.shape[0] - 1
+    ptr = np.zeros(n + 1, np.int64)
+    for v in range(n):
+        if not executable[v]:
+            continue
+        for e in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[e]
+            if u >= 0 and executable[u]:
+                ptr[u + 1] += 1
+    for v in range(n):
+        ptr[v + 1] += ptr[v]
+    fill = ptr[:-1].copy()
+    out = np.empty(ptr[n], np.int64)
+    for v in range(n):
+        if not executable[v]:
+            continue
+        for e in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[e]
+            if u >= 0 and executable[u]:
+                out[fill[u]] = v
+                fill[u] += 1
+    return ptr, out
 
 
 @njit(cache=True)
 def _agenda(sig, executable, unbatchable, priority, cost, arg_ptr, args):
     n = sig.shape[0]
     n_sigs = priority.shape[0]
-    indeg = ready_counts(executable, arg_ptr, args)
-    cons_ptr, cons = consumers(executable, arg_ptr, args)
+    indeg = _ready_counts(executable, arg_ptr, args)
+    cons_ptr, cons = _consumers(executable, arg_ptr, args)
     head = np.full(n_sigs, -1, np.int64)
     tail = np.full(n_sigs, -1, np.int64)
     nxt = np.full(n, -1, np.int64)

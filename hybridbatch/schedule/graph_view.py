@@ -1,8 +1,7 @@
-"""The arrays a policy schedules over, and graph helpers the policies share (numba)."""
+"""The arrays a policy schedules over."""
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 
 @dataclass
@@ -24,39 +23,3 @@ class GraphView:
     @property
     def n_sigs(self):
         return len(self.unbatchable)
-
-
-@njit(cache=True)
-def ready_counts(executable, arg_ptr, args):
-    """Per node, how many of its operands are executed nodes of this flush (still pending)."""
-    n = arg_ptr.shape[0] - 1
-    indeg = np.zeros(n, np.int64)
-    for v in range(n):
-        for e in range(arg_ptr[v], arg_ptr[v + 1]):
-            u = args[e]
-            if u >= 0 and executable[u]:
-                indeg[v] += 1
-    return indeg
-
-
-@njit(cache=True)
-def consumers(executable, arg_ptr, args):
-    """Reverse edges (CSR): for each executed node, the nodes that read it."""
-    n = arg_ptr.shape[0] - 1
-    ptr = np.zeros(n + 1, np.int64)
-    for v in range(n):
-        for e in range(arg_ptr[v], arg_ptr[v + 1]):
-            u = args[e]
-            if u >= 0 and executable[u]:
-                ptr[u + 1] += 1
-    for v in range(n):
-        ptr[v + 1] += ptr[v]
-    fill = ptr[:-1].copy()
-    out = np.empty(ptr[n], np.int64)
-    for v in range(n):
-        for e in range(arg_ptr[v], arg_ptr[v + 1]):
-            u = args[e]
-            if u >= 0 and executable[u]:
-                out[fill[u]] = v
-                fill[u] += 1
-    return ptr, out

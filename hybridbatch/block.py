@@ -1,0 +1,142 @@
+"""Blocks: parameters and child blocks registered by attribute, like Gluon and PyTorch modules.
+
+A HybridBlock's forward uses only hb ops, so `hybridize()` can trace it once per input
+signature into a Program (trace.py). Inside `hb.batching(granularity="block")` each call of a
+hybridized block is then ONE graph node and a batch of such calls runs the traced program
+once on the stacked inputs; at op granularity the program is replayed op by op so primitive
+ops batch across block boundaries; eagerly it is replayed for one instance.
+"""
+import numpy as np
+
+from . import eager, scope as _scope
+from .errors import ScopeError
+from .future import Future
+from .parameter import Parameter
+from .parameter_dict import ParameterDict
+from .trace import trace
+
+
+class Block:
+    """Base of every model piece. Assigning a Parameter or a Block to an attribute registers it."""
+
+    def __init__(self):
+        object.__setattr__(self, "_children", {})
+        object.__setattr__(self, "_params", {})
+
+    def __setattr__(self, name, value):
+        if "_children" not in self.__dict__:
+            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() "
+                               f"before assigning attributes")
+        self._children.pop(name, None)
+        self._params.pop(name, None)
+        if isinstance(value, Block):
+            self._children[name] = value
+        elif isinstance(value, Parameter):
+            self._params[name] = value
+        object.__setattr__(self, name, value)
+
+    def forward(self, *args):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args):
+        return self.forward(*args)
+
+    def children(self):
+        return dict(self._children)
+
+    def collect_params(self, prefix=""):
+        """Every Parameter of this block and its children, keyed by dotted attribute path."""
+        params = ParameterDict()
+        params.update(dict(self._named_params(prefix)))
+        return params
+
+    def _named_params(self, prefix):
+        for name, p in self._params.items():
+            yield prefix + name, p
+        for name, child in self._children.items():
+            yield from child._named_params(f"{prefix}{name}.")
+
+    def save_parameters(self, path):
+        """Write every parameter's value to an .npz file, keyed by dotted path."""
+        np.savez(path, **{name: np.asarray(p.data) for name, p in self._named_params("")})
+
+    def load_parameters(self, path):
+        """Read values saved by save_parameters; names and shapes must match exactly."""
+        with np.load(path) as saved:
+            mine = dict(self._named_params(""))
+            missing = sorted(set(mine) - set(saved.files))
+            extra = sorted(set(saved.files) - set(mine))
+            if missing or extra:
+                raise ValueError(f"{path}: parameters do not match this {type(self).__name__}: "
+                                 f"missing {missing}, unexpected {extra}")
+            for name, p in mine.items():
+                if saved[name].shape != p.shape:
+                    raise ValueError(f"{path}: parameter {name!r} has shape {saved[name].shape} in the file, "
+                                     f"{p.shape} in the model")
+                p.data = saved[name]
+
+    def hybridize(self, active=True):
+        """Hybridize every HybridBlock in this tree (Gluon semantics)."""
+        for child in self._children.values():
+            child.hybridize(active)
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}("]
+        for name, p in self._params.items():
+            lines.append(f"  {name}: Parameter{p.shape}")
+        for name, child in self._children.items():
+            lines.append("  " + f"({name}): {child!r}".replace("\n", "\n  "))
+        return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}()"
+
+
+class HybridBlock(Block):
+    """A block whose forward uses only hb ops, so it can be traced and batched whole."""
+
+    def __init__(self):
+        super().__init__()
+        object.__setattr__(self, "_active", False)
+        object.__setattr__(self, "_programs", {})
+
+    def hybridize(self, active=True):
+        object.__setattr__(self, "_active", active)
+        super().hybridize(active)
+
+    def __call__(self, *args):
+        scope = _scope.current()
+        if not self._active or (scope is not None and scope.tracing):
+            return self.forward(*args)      # plain, or inlined into an enclosing trace
+        handles, key = [], []
+        for a in args:
+            if isinstance(a, Parameter):
+                key.append(a)
+                continue
+            h = _as_handle(a, scope)
+            handles.append(h)
+            key.append(scope.graph.type[h.id] if scope is not None else h.sig.out_type)
+        key = tuple(key)
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = self._trace(key)
+        if scope is None:
+            return program.replay(eager.apply, eager.constant, handles)
+        if scope.granularity == "block":
+            return scope.record_program(program, handles)
+        return program.replay(scope.record, scope.constant, handles)
+
+    def _trace(self, key):
+        tracer = _scope.tracing()
+        try:
+            return trace(self, key, tracer)
+        finally:
+            _scope.end_tracing(tracer)
+
+
+def _as_handle(a, scope):
+    """The block argument as a value handle of the current mode (arrays become constants)."""
+    if isinstance(a, Future):
+        if scope is None or a.scope is not scope:
+            raise ScopeError("a Future was passed to a block outside the batching scope that recorded it")
+        return a
+    if scope is None:
+        return a if isinstance(a, eager.Tensor) else eager.constant(a)
+    return scope.constant(a)

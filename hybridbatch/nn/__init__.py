@@ -1,0 +1,5 @@
+"""Ready-made blocks: layers and recurrent / tree cells written per instance."""
+from .basic import Dense, Embedding, Sequential
+from .cells import LSTMCell, GRUCell, TreeLSTMCell, ChildSumTreeLSTMCell
+
+__all__ = ["Dense", "Embedding", "Sequential", "LSTMCell", "GRUCell", "TreeLSTMCell", "ChildSumTreeLSTMCell"]
