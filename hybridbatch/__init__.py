@@ -6,10 +6,14 @@
 from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu, exp, log, add_n,
                   concat, slice, split, reshape, sum, lookup, pick, log_softmax, pick_neg_log_softmax,
                   py_func)
+from .block import Block, HybridBlock
 from .eager import Tensor
+from . import nn
 from .errors import HybridBatchError, ShapeError, ScopeError, NumericsError
 from .future import Future
 from .parameter import Parameter
+from .parameter_dict import ParameterDict
+from .optim import Trainer
 from .scope import batching, Stats
 
 __all__ = [
@@ -17,4 +21,5 @@ __all__ = [
     "add_n", "concat", "slice", "split", "reshape", "sum", "lookup", "pick", "log_softmax",
     "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
     "NumericsError", "Future", "Parameter", "batching", "Stats",
+    "ParameterDict", "Trainer", "Block", "HybridBlock", "nn",
 ]

@@ -118,16 +118,20 @@ class SGD(Optimizer):
         self._momentum = _number("momentum", value, low=0.0, high=1.0, high_open=True)
 
     def create_state(self, param):
-        return backend.xp().zeros(param.shape, param.dtype) if self.momentum else None
+        # the momentum buffer is made on first use, so momentum may be turned on later
+        return {"mom": None}
 
     def update(self, weight, grad, state):
         g = self._decayed(backend.xp(), weight, grad)
-        if state is None:
+        mom = state["mom"]
+        if not self.momentum and mom is None:
             weight -= self.learning_rate * g
             return
-        state *= self.momentum
-        state -= self.learning_rate * g
-        weight += state
+        if mom is None:
+            mom = state["mom"] = backend.xp().zeros_like(weight)
+        mom *= self.momentum
+        mom -= self.learning_rate * g
+        weight += mom
 
 
 class Adam(Optimizer):

@@ -116,7 +116,7 @@ class Parameter:
 
     @data.setter
     def data(self, value):
-        value = backend.xp().asarray(value, dtype=self.dtype)
+        value = backend.xp().array(value, dtype=self.dtype, copy=True)   # never alias the caller's array
         if value.shape != self.shape:
             raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set data of shape {value.shape}")
         self._data = value

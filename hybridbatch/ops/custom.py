@@ -1,5 +1,5 @@
 """User functions as ops: arbitrary per-instance numpy code, run one node at a time."""
-from .registry import Op, register
+from .registry import Op, register, batch_size
 
 
 @register
@@ -17,7 +17,7 @@ class PyFunc(Op):
 
     def forward(self, xp, sig, xs, aux):
         fn = sig.attrs[0]
-        rows = [xp.asarray(fn(*(x[b] for x in xs)), dtype=sig.out_dtype) for b in range(xs[0].shape[0])]
+        rows = [xp.asarray(fn(*_row(xs, sig, b)), dtype=sig.out_dtype) for b in range(batch_size(xs, sig))]
         for r in rows:
             if r.shape != sig.out_shape:
                 raise ValueError(f"py_func {fn.__name__} returned shape {r.shape}, declared {sig.out_shape}")
@@ -27,5 +27,17 @@ class PyFunc(Op):
         grad_fn = sig.attrs[1]
         if grad_fn is None:
             raise NotImplementedError(f"py_func {sig.attrs[0].__name__} has no grad_fn")
-        per_row = [grad_fn(*(x[b] for x in xs), y[b], gy[b]) for b in range(gy.shape[0])]
-        return tuple(xp.stack([xp.asarray(r[i]) for r in per_row]) if n else None for i, n in enumerate(needs))
+        per_row = [grad_fn(*_row(xs, sig, b), y[b], gy[b]) for b in range(gy.shape[0])]
+        grads = []
+        for i, (n, shared) in enumerate(zip(needs, sig.shared)):
+            if not n:
+                grads.append(None)
+                continue
+            g = xp.stack([xp.asarray(r[i]) for r in per_row])
+            grads.append(g.sum(axis=0) if shared else g)   # a shared parameter gets one summed grad
+        return tuple(grads)
+
+
+def _row(xs, sig, b):
+    """Instance b's operands: its row of each batched operand, shared parameters whole."""
+    return tuple(x if shared else x[b] for x, shared in zip(xs, sig.shared))
