@@ -13,7 +13,7 @@ from .errors import ScopeError
 from .future import Future
 from .parameter import Parameter
 from .parameter_dict import ParameterDict
-from .trace import trace
+from .trace import INT, trace
 
 
 class Block:
@@ -105,10 +105,14 @@ class HybridBlock(Block):
         scope = _scope.current()
         if not self._active or (scope is not None and scope.tracing):
             return self.forward(*args)      # plain, or inlined into an enclosing trace
-        handles, key = [], []
+        handles, key, ints = [], [], []
         for a in args:
             if isinstance(a, Parameter):
                 key.append(a)
+                continue
+            if isinstance(a, (int, np.integer)):
+                key.append(INT)
+                ints.append(int(a))
                 continue
             h = _as_handle(a, scope)
             handles.append(h)
@@ -118,10 +122,10 @@ class HybridBlock(Block):
         if program is None:
             program = self._programs[key] = self._trace(key)
         if scope is None:
-            return program.replay(eager.apply, eager.constant, handles)
+            return program.replay(eager.apply, eager.constant, handles, ints)
         if scope.granularity == "block":
-            return scope.record_program(program, handles)
-        return program.replay(scope.record, scope.constant, handles)
+            return scope.record_program(program, handles, ints)
+        return program.replay(scope.record, scope.constant, handles, ints)
 
     def _trace(self, key):
         tracer = _scope.tracing()

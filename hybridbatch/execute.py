@@ -58,7 +58,13 @@ def operands(plan, arenas, b, sig, size):
 
 
 def batch_aux(plan, b, op):
-    return plan.aux[plan.batch_nodes(b)] if op.uses_aux else None
+    """The batch's integers: (B,) for one per node, (B, k) for ops taking k (block calls)."""
+    if not op.uses_aux:
+        return None
+    aux = plan.aux[plan.batch_nodes(b)]
+    if op.aux_width == 1:
+        return aux
+    return plan.aux_flat[aux[:, None] + np.arange(op.aux_width)]
 
 
 def run_forward(plan, arenas, xp, origin=None):

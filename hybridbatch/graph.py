@@ -31,15 +31,19 @@ class Growable:
 
 
 class Graph:
-    """Per node: signature id, output type id, depth, operand ids (CSR) and one integer aux."""
+    """Per node: signature id, output type id, depth, operand ids (CSR) and one integer aux.
 
-    __slots__ = ("sig", "type", "depth", "aux", "args", "arg_end", "constants", "origin")
+    A node that carries several integers stores them in aux_flat; its aux is their offset.
+    """
+
+    __slots__ = ("sig", "type", "depth", "aux", "aux_flat", "args", "arg_end", "constants", "origin")
 
     def __init__(self, track_origin=False):
         self.sig = []
         self.type = []
         self.depth = []
         self.aux = []
+        self.aux_flat = []    # several integers of one node (a block call with int arguments)
         self.args = []        # operand node ids, all nodes back to back
         self.arg_end = []     # node i's operands are args[arg_end[i-1]:arg_end[i]]
         self.constants = {}   # node id -> value, for input nodes not yet flushed

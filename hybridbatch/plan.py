@@ -94,6 +94,7 @@ class Plan:
     def __init__(self, graph, start, policy, arenas, loc_arena, loc_row, is_const):
         self.start, self.stop = start, len(graph)
         sig, typ, depth, self.aux, arg_ptr, args = graph.delta(start)
+        self.aux_flat = np.array(graph.aux_flat, np.int64)
         usig, sig_local = np.unique(sig, return_inverse=True)
         ops = [signature.SIGS[s].op for s in usig]
         executable = np.array([op.executed for op in ops], np.bool_)[sig_local]

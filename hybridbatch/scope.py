@@ -21,6 +21,7 @@ from .ops.shape import Input, Output, ParamRead
 from .parameter import Parameter
 from .plan import Plan
 from .schedule import get_policy
+from .trace import BlockInt
 from . import backend, signature
 
 _local = threading.local()
@@ -120,8 +121,11 @@ class batching:
         codes = tuple(codes)
         sig = _sig_by_key.get((op.id, attrs, codes)) or signature.intern(op, attrs, codes)
         if op.uses_aux:
-            aux = int(aux)
-            op.check_aux(sig, aux)
+            if aux.__class__ is BlockInt and self.tracing:
+                aux = aux.code          # resolved per call from the block's integer arguments
+            else:
+                aux = int(aux)
+                op.check_aux(sig, aux)
         return Future(self, self._add(sig, depth + 1, ids, aux))
 
     def _add(self, sig, depth, ids, aux):
@@ -130,14 +134,22 @@ class batching:
             g.origin.append(_caller())
         return g.add(sig.id, sig.out_type, depth, ids, aux)
 
-    def record_program(self, program, handles):
+    def record_program(self, program, handles, ints=()):
         """One node for a whole traced block call (block granularity), plus its extra outputs."""
         g = self.graph
+        program.check_ints(ints)
+        if len(ints) == 1:
+            aux = ints[0]
+        elif ints:
+            aux = len(g.aux_flat)
+            g.aux_flat.extend(ints)
+        else:
+            aux = -1
         ids = [h.id for h in handles]
         codes = tuple(g.type[i] for i in ids)
         sig = _sig_by_key.get((program.op.id, (), codes)) or signature.intern(program.op, (), codes)
         depth = 1 + max((g.depth[i] for i in ids), default=0)
-        nid = self._add(sig, depth, ids, -1)
+        nid = self._add(sig, depth, ids, aux)
         outs = [Future(self, nid)]
         for j in range(1, len(program.outputs)):
             out_sig = signature.intern(Output, (j, program.out_types[j]), ())

@@ -17,11 +17,38 @@ from .parameter import Parameter, by_id
 from . import signature
 
 
+INT = "int"   # an integer argument in a program's cache key
+
+
+class BlockInt:
+    """Placeholder for the j-th integer argument of a block call being traced.
+
+    It may only serve as an op's index (lookup row, pick index, label); each call's own
+    integers then travel with its node, so calls with different integers still batch.
+    """
+
+    __slots__ = ("code",)
+
+    def __init__(self, j):
+        self.code = -2 - j
+
+    def __index__(self):
+        raise TypeError("an integer argument of a hybridized block can only be used as an op index "
+                        "(hb.lookup, hb.pick, a label) inside forward")
+
+    __int__ = __index__
+
+
+def _int_column(code):
+    return -code - 2 if code <= -2 else None
+
+
 class Program:
     """Steps (slot, sig, operand slots per position (None for shared params), aux)."""
 
-    def __init__(self, name, graph, n_inputs, outputs, single):
+    def __init__(self, name, graph, n_inputs, outputs, single, n_ints):
         self.name = name
+        self.n_ints = n_ints
         self.n_inputs = n_inputs
         self.n_slots = len(graph)
         self.in_types = tuple(graph.type[:n_inputs])
@@ -34,6 +61,8 @@ class Program:
             operands = iter(graph.args[(graph.arg_end[slot - 1] if slot else 0):graph.arg_end[slot]])
             refs = tuple(next(operands) if pid is None else None for pid in sig.params)
             self.steps.append((slot, sig, refs, graph.aux[slot]))
+        self.index_checks = [(_int_column(aux), sig) for _, sig, _, aux in self.steps
+                             if sig.op.uses_aux and _int_column(aux) is not None]
         self.outputs = tuple(outputs)
         self.single = single
         self.out_types = tuple(graph.type[o] for o in outputs)
@@ -42,7 +71,20 @@ class Program:
         OPS.append(self.op)
 
     # -- block granularity: all steps on the stacked batch --------------------------------
-    def forward(self, xp, xs, size):
+    def _aux(self, op, code, ints, size):
+        if not op.uses_aux:
+            return None
+        j = _int_column(code)
+        if j is None:
+            return np.full(size, code, np.int64)
+        return ints if ints.ndim == 1 else ints[:, j]
+
+    def check_ints(self, ints):
+        """Validate a call's integers against every op that indexes with them (at record time)."""
+        for j, sig in self.index_checks:
+            sig.op.check_aux(sig, ints[j])
+
+    def forward(self, xp, xs, size, ints=None):
         vals = [None] * self.n_slots
         vals[:self.n_inputs] = xs
         for slot, value in self.consts:
@@ -50,10 +92,10 @@ class Program:
         for slot, sig, refs, aux in self.steps:
             op = sig.op
             operands = [vals[r] if r is not None else by_id(pid).data for r, pid in zip(refs, sig.params)]
-            vals[slot] = op.forward(xp, sig, operands, np.full(size, aux, np.int64) if op.uses_aux else None)
+            vals[slot] = op.forward(xp, sig, operands, self._aux(op, aux, ints, size))
         return tuple(vals[o] for o in self.outputs), vals
 
-    def backward(self, xp, vals, gys, needs):
+    def backward(self, xp, vals, gys, needs, ints=None):
         grads = [None] * self.n_slots
         for o, g in zip(self.outputs, gys):
             grads[o] = g if grads[o] is None else grads[o] + g
@@ -68,7 +110,7 @@ class Program:
             if not any(wants):
                 continue
             operands = [vals[r] if r is not None else by_id(pid).data for r, pid in zip(refs, sig.params)]
-            aux_arr = np.full(gy.shape[0], aux, np.int64) if op.uses_aux else None
+            aux_arr = self._aux(op, aux, ints, gy.shape[0])
             for r, pid, want, g in zip(refs, sig.params, wants,
                                        op.backward(xp, sig, operands, aux_arr, vals[slot], gy, wants)):
                 if not want or g is None:
@@ -80,7 +122,7 @@ class Program:
         return tuple(grads[i] if need else None for i, need in enumerate(needs))
 
     # -- op granularity and eager: replay the steps as separate nodes ------------------
-    def replay(self, apply, constant, inputs):
+    def replay(self, apply, constant, inputs, ints=()):
         """Run each step through `apply(op, operands, attrs, aux)`; returns output handles."""
         vals = [None] * self.n_slots
         vals[:self.n_inputs] = inputs
@@ -88,7 +130,8 @@ class Program:
             vals[slot] = constant(value)
         for slot, sig, refs, aux in self.steps:
             operands = [vals[r] if r is not None else by_id(pid) for r, pid in zip(refs, sig.params)]
-            vals[slot] = apply(sig.op, operands, sig.attrs, aux)
+            j = _int_column(aux)
+            vals[slot] = apply(sig.op, operands, sig.attrs, aux if j is None else ints[j])
         return self.structure([vals[o] for o in self.outputs])
 
     def structure(self, outs):
@@ -100,32 +143,40 @@ class Composite(Op):
 
     saves = True
     cost = 1
+    needs_batched = False
 
     def __init__(self, program):
         self.program = program
         self.name = f"block:{program.name}"
         self.n_out = len(program.outputs)
+        self.uses_aux = program.n_ints > 0
+        self.aux_width = max(program.n_ints, 1)
 
     def infer(self, attrs, shapes, dtypes):
         return signature.TYPES[self.program.out_types[0]]
 
     def forward(self, xp, sig, xs, aux):
-        outs, vals = self.program.forward(xp, xs, xs[0].shape[0])
+        outs, vals = self.program.forward(xp, xs, xs[0].shape[0] if xs else len(aux), aux)
         return (outs if self.n_out > 1 else outs[0]), vals
 
     def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):
-        return self.program.backward(xp, saved, gy if self.n_out > 1 else (gy,), needs)
+        return self.program.backward(xp, saved, gy if self.n_out > 1 else (gy,), needs, aux)
 
 
 def trace(block, key, tracer):
     """Run block.forward once on placeholders recorded in `tracer` (a fresh scope).
 
-    key: per argument, its type id, or the Parameter itself (baked into the program).
+    key: per argument, its type id, INT for an integer, or the Parameter itself (baked in).
     """
     inputs = []
+    n_ints = 0
     for a in key:
         if isinstance(a, Parameter):
             inputs.append(a)
+            continue
+        if a is INT:
+            inputs.append(BlockInt(n_ints))
+            n_ints += 1
             continue
         sig = signature.intern(Input, (a,), ())
         inputs.append(Future(tracer, tracer.graph.add(sig.id, sig.out_type, 0, (), -1)))
@@ -137,4 +188,4 @@ def trace(block, key, tracer):
         if not (isinstance(o, Future) and o.scope is tracer):
             raise HybridBatchError(f"{type(block).__name__}.forward must return values computed with hb ops "
                                    f"from its inputs (got {type(o).__name__})")
-    return Program(type(block).__name__, tracer.graph, n_inputs, [o.id for o in outs], single)
+    return Program(type(block).__name__, tracer.graph, n_inputs, [o.id for o in outs], single, n_ints)

@@ -183,3 +183,57 @@ def test_block_without_super_init_fails_clearly():
 
     with pytest.raises(RuntimeError, match="super"):
         Broken()
+
+
+class NodeWithLoss(hb.HybridBlock):
+    """Leaf (word, label) or internal (left, right, label): cell and loss in ONE block call."""
+
+    def __init__(self, n=6):
+        super().__init__()
+        rng = np.random.default_rng(7)
+        self.E = hb.Parameter("E", (10, n), rng=rng)
+        self.W = hb.Parameter("W", (n, 2 * n), rng=rng)
+        self.V = hb.Parameter("V", (3, n), rng=rng)
+
+    def forward(self, *args):
+        if len(args) == 2:
+            word, label = args
+            h = hb.tanh(hb.lookup(self.E, word))
+        else:
+            left, right, label = args
+            h = hb.tanh(self.W @ hb.concat([left, right]))
+        return h, hb.pick_neg_log_softmax(self.V @ h, label)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=seeds)
+def test_integer_block_arguments_travel_per_call(seed):
+    rng = np.random.default_rng(seed)
+    block = NodeWithLoss()
+    block.hybridize()
+    trees = [_random_tree(rng, int(rng.integers(1, 6))) for _ in range(3)]
+
+    def encode(t, losses, outs):
+        if t[0] == "leaf":
+            h, loss = block(t[1], t[1] % 3)
+        else:
+            h, loss = block(encode(t[1], losses, outs), encode(t[2], losses, outs), len(losses) % 3)
+        losses.append(loss)
+        outs.append(h)
+        return h
+
+    def build():
+        losses, outs = [], []
+        for t in trees:
+            encode(t, losses, outs)
+        return hb.add_n(losses), outs
+
+    _agree(build, _params(block))
+
+
+def test_integer_block_argument_is_range_checked_at_the_call():
+    block = NodeWithLoss()
+    block.hybridize()
+    with hb.batching(granularity="block"):
+        with pytest.raises(IndexError, match="lookup: index 12"):
+            block(12, 1)

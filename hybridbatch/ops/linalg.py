@@ -5,7 +5,8 @@ operand is a (1, n) row and a 1-D right operand an (n, 1) column, so every case 
 (B, m, n) @ (B, n, k) product where a shared operand has no batch axis; the cases below
 turn each combination into plain 2-D GEMMs where they can.
 """
-from .registry import Op, register, expand, unbroadcast, broadcast_shape, check
+from ..errors import ShapeError
+from .registry import Op, register, expand, unbroadcast, broadcast_shape, check, as_batched, batch_size
 
 
 def _promote(x, shared, shape, left):
@@ -95,16 +96,31 @@ class Affine(Op):
     def infer(self, attrs, shapes, dtypes):
         check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")
         prod = matmul_shape(self.name, shapes[0], shapes[1])
-        check(broadcast_shape(self.name, (prod, shapes[2])) == prod, self.name, shapes,
-              f"bias of shape {shapes[2]} does not broadcast to the product's {prod}")
+        try:
+            out = broadcast_shape(self.name, (prod, shapes[2]))
+        except ShapeError:      # re-raised below naming all three operands, not the product
+            out = None
+        check(out == prod, self.name, shapes, f"bias of shape {shapes[2]} does not broadcast to the product's {prod}")
         return prod, dtypes[0]
 
+    def product_operands(self, xp, sig, xs):
+        """W, x and whether each is shared. When both are shared (only the bias is per
+        instance) W is repeated over the batch: the matmul kernels need a batched operand."""
+        sa, sb = sig.shared[:2]
+        if sa and sb:
+            return as_batched(xp, xs[0], True, batch_size(xs, sig)), xs[1], False, True
+        return xs[0], xs[1], sa, sb
+
     def forward(self, xp, sig, xs, aux):
-        y = matmul_forward(xp, xs[0], xs[1], *sig.shared[:2], *sig.in_shapes[:2], sig.out_shape)
+        a, b, sa, sb = self.product_operands(xp, sig, xs)
+        y = matmul_forward(xp, a, b, sa, sb, *sig.in_shapes[:2], sig.out_shape)
         y += expand(xs[2], sig.shared[2], sig.in_shapes[2], len(sig.out_shape))
         return y
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
-        ga, gb = matmul_backward(xp, xs[0], xs[1], *sig.shared[:2], *sig.in_shapes[:2], gy, needs[:2])
+        a, b, sa, sb = self.product_operands(xp, sig, xs)
+        ga, gb = matmul_backward(xp, a, b, sa, sb, *sig.in_shapes[:2], gy, needs[:2])
+        if ga is not None and sig.shared[0] and not sa:   # W was repeated: sum its batch
+            ga = ga.sum(axis=0)
         gc = unbroadcast(gy, sig.shared[2], sig.in_shapes[2]) if needs[2] else None
         return ga, gb, gc
