@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from .ops.shape import Input, Output
+from .plan_cache import CACHE
 from .schedule import GraphView, lower_bound
 from . import backend, signature
 
@@ -110,7 +111,7 @@ class Plan:
         self.view = GraphView(sig_local.astype(np.int64), depth, arg_ptr, args_local, executable,
                               np.array([not op.batchable for op in ops], np.bool_),
                               np.array([op.cost for op in ops], np.int64))
-        order, bptr = policy(self.view)
+        order, bptr, self.cache_hit = CACHE.schedule(policy, self.view, sig)
         self.order, self.bptr = order, bptr
         self.args, self.arg_ptr = args, arg_ptr
 

@@ -46,6 +46,12 @@ class Stats:
     schedule_seconds: float
     execute_seconds: float
     backward_seconds: float
+    plan_cache_hits: int
+
+    @property
+    def plan_cache_hit_rate(self):
+        """Share of this scope's flushes whose schedule came from the plan cache."""
+        return self.plan_cache_hits / self.flushes if self.flushes else 0.0
 
 
 class batching:
@@ -238,6 +244,7 @@ class batching:
             schedule_seconds=t["schedule"],
             execute_seconds=t["execute"],
             backward_seconds=t["backward"],
+            plan_cache_hits=sum(p.cache_hit for p in self.plans),
         )
 
 

@@ -1,0 +1,51 @@
+"""The structure-keyed schedule cache: an identical graph (same minibatch again, repeated
+inference) reuses its schedule instead of running the policy.
+
+Keys are exact (the bytes of the signature and edge arrays, plus the policy), so two
+different structures never share an entry; the dict hashes them, equality decides.
+"""
+from collections import OrderedDict
+
+
+class ScheduleCache:
+    """A bounded LRU of (order, batch_ptr) per (policy, structure)."""
+
+    def __init__(self, capacity=32):
+        self.capacity = capacity
+        self._entries = OrderedDict()
+
+    def resize(self, capacity):
+        """Keep at most `capacity` schedules (0 turns caching off)."""
+        self.capacity = capacity
+        while len(self._entries) > capacity:
+            self._entries.popitem(last=False)
+
+    def clear(self):
+        self._entries.clear()
+
+    def __len__(self):
+        return len(self._entries)
+
+    def schedule(self, policy, view, global_sig):
+        """(order, batch_ptr, hit): the cached schedule for this structure, or a new one."""
+        if self.capacity <= 0:
+            order, bptr = policy(view)
+            return order, bptr, False
+        key = (policy, global_sig.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+            return found[0], found[1], True
+        order, bptr = policy(view)
+        self._entries[key] = (order, bptr)
+        if len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return order, bptr, False
+
+
+CACHE = ScheduleCache()
+
+
+def set_plan_cache_size(capacity: int) -> None:
+    """How many schedules the process keeps for reuse (default 32; 0 disables)."""
+    CACHE.resize(int(capacity))
