@@ -5,7 +5,7 @@ from .errors import NumericsError
 from .kernels import scatter_add_rows
 from .parameter import by_id
 from .plan import SLICE, TAKE
-from . import signature
+from . import backend, signature
 
 
 def gather(plan, arenas, g, size):
@@ -19,7 +19,7 @@ def gather(plan, arenas, g, size):
     if kind == TAKE:
         return arenas[a].take(rows, axis=0)
     owners = plan.row_arena[p:p + size]
-    out = np.empty((size,) + arenas[a].shape[1:], arenas[a].dtype)
+    out = backend.xp().empty((size,) + arenas[a].shape[1:], arenas[a].dtype)
     for owner in np.unique(owners):
         mask = owners == owner
         out[mask] = arenas[owner][rows[mask]]

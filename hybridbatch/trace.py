@@ -6,18 +6,23 @@ on the stacked batch (block granularity, via the Composite op), replayed node by
 a scope (op granularity: primitive ops batch across block boundaries), or replayed eagerly.
 Tracing runs the Python forward once per input signature; later calls only replay.
 """
+import itertools
+
 import numpy as np
 
 from .autograd import accumulate_param
 from .errors import HybridBatchError
 from .future import Future
-from .ops.registry import Op, OPS
+from .kernels.fused import FusedRun, plan_units
+from .ops.registry import Op
 from .ops.shape import Input
 from .parameter import Parameter, by_id
 from . import signature
 
 
+_composite_ids = itertools.count(1 << 20)   # op ids for traced programs, apart from the primitive registry
 INT = "int"   # an integer argument in a program's cache key
+FUSION = {"enabled": True}   # fuse elementwise runs of block programs into numba kernels
 
 
 class BlockInt:
@@ -66,9 +71,9 @@ class Program:
         self.outputs = tuple(outputs)
         self.single = single
         self.out_types = tuple(graph.type[o] for o in outputs)
+        self._units = None
         self.op = Composite(self)
-        self.op.id = len(OPS)
-        OPS.append(self.op)
+        self.op.id = next(_composite_ids)
 
     # -- block granularity: all steps on the stacked batch --------------------------------
     def _aux(self, op, code, ints, size):
@@ -84,23 +89,67 @@ class Program:
         for j, sig in self.index_checks:
             sig.op.check_aux(sig, ints[j])
 
+    def units(self, xp):
+        """Steps with elementwise runs fused (numpy backend, fusion on), planned once."""
+        if xp is not np or not FUSION["enabled"]:
+            return self.steps
+        if self._units is None:
+            self._units = plan_units(self.steps, self.outputs)
+        return self._units
+
     def forward(self, xp, xs, size, ints=None):
         vals = [None] * self.n_slots
         vals[:self.n_inputs] = xs
         for slot, value in self.consts:
             vals[slot] = xp.broadcast_to(value, (size,) + value.shape)
-        for slot, sig, refs, aux in self.steps:
+        for unit in self.units(xp):
+            if isinstance(unit, FusedRun):
+                self._forward_fused(xp, unit, vals, size)
+                continue
+            slot, sig, refs, aux = unit
             op = sig.op
             operands = [vals[r] if r is not None else by_id(pid).data for r, pid in zip(refs, sig.params)]
             vals[slot] = op.forward(xp, sig, operands, self._aux(op, aux, ints, size))
         return tuple(vals[o] for o in self.outputs), vals
+
+    @staticmethod
+    def _fused_inputs(run, vals, size):
+        return [vals[key].reshape(size, -1) if kind == "slot" else by_id(key).data for kind, key in run.inputs]
+
+    def _forward_fused(self, xp, run, vals, size):
+        dtype = run.steps[-1][1].out_dtype
+        outs = [xp.empty((size, run.n), dtype) for _ in run.outputs]
+        run.forward_kernel(size, *self._fused_inputs(run, vals, size), *outs)
+        for slot, out in zip(run.outputs, outs):
+            vals[slot] = out
+
+    def _backward_fused(self, xp, run, vals, grads, const):
+        gys = [grads[s] for s in run.outputs]
+        if all(g is None for g in gys):
+            return
+        size = next(g for g in gys if g is not None).shape[0]
+        dtype = run.steps[-1][1].out_dtype
+        gys = [xp.zeros((size, run.n), dtype) if g is None else xp.ascontiguousarray(g) for g in gys]
+        ins = self._fused_inputs(run, vals, size)
+        gins = [xp.zeros(x.shape, x.dtype) for x in ins]
+        run.backward_kernel(size, *ins, *gys, *gins)
+        for (kind, key), g in zip(run.inputs, gins):
+            if kind == "param":
+                accumulate_param(key, g)
+            elif key not in const:
+                g = g.reshape(vals[key].shape)
+                grads[key] = g if grads[key] is None else grads[key] + g
 
     def backward(self, xp, vals, gys, needs, ints=None):
         grads = [None] * self.n_slots
         for o, g in zip(self.outputs, gys):
             grads[o] = g if grads[o] is None else grads[o] + g
         const = {slot for slot, _ in self.consts}
-        for slot, sig, refs, aux in reversed(self.steps):
+        for unit in reversed(self.units(xp)):
+            if isinstance(unit, FusedRun):
+                self._backward_fused(xp, unit, vals, grads, const)
+                continue
+            slot, sig, refs, aux = unit
             gy = grads[slot]
             if gy is None:
                 continue

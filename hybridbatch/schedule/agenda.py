@@ -3,7 +3,8 @@
 Keep every node whose inputs are done on an agenda, one FIFO queue per signature. Each step
 runs all ready nodes of the signature with the lowest average depth (ties: cheap ops
 first), so nodes that become ready at different times (a loss after chains of different
-lengths) wait and run together.
+lengths) wait and run together. Ready nodes of an unbatchable signature all run in that
+step too, one batch each, so their consumers become ready together.
 """
 import numpy as np
 from numba import njit
@@ -83,7 +84,7 @@ def _agenda(sig, executable, unbatchable, priority, cost, arg_ptr, args):
                 if best < 0 or priority[s] < priority[best] or (
                         priority[s] == priority[best] and cost[s] < cost[best]):
                     best = s
-        take = 1 if unbatchable[best] else nready[best]
+        take = nready[best]
         start = pos
         for _ in range(take):
             v = head[best]
@@ -91,12 +92,16 @@ def _agenda(sig, executable, unbatchable, priority, cost, arg_ptr, args):
             nxt[v] = -1
             order[pos] = v
             pos += 1
-        nready[best] -= take
-        if head[best] < 0:
-            tail[best] = -1
+        nready[best] = 0
+        tail[best] = -1
         order[start:pos] = np.sort(order[start:pos])
-        nb += 1
-        bptr[nb] = pos
+        if unbatchable[best]:       # every ready node of it, one batch each, before choosing again
+            for k in range(start, pos):
+                nb += 1
+                bptr[nb] = k + 1
+        else:
+            nb += 1
+            bptr[nb] = pos
         for k in range(start, pos):
             v = order[k]
             for e in range(cons_ptr[v], cons_ptr[v + 1]):

@@ -1,0 +1,205 @@
+"""Fused elementwise kernels for traced block programs (numba, cached on disk).
+
+A run of elementwise steps over equal-length vectors (the gate math of an LSTM after its
+matmul: slices, sigmoid, tanh, products, sums) becomes ONE loop over (instance, element)
+that reads its inputs once and writes only the values used outside the run. Its backward
+recomputes the run's scalars from the inputs and applies the chain rule per element, so
+nothing inside the run is stored.
+
+Kernels are generated as Python source, written once into the kernel cache directory
+(HYBRIDBATCH_CACHE_DIR, default ~/.cache/hybridbatch/kernels) under the hash of their source,
+and compiled with numba's `cache=True`: a second process loads the machine code instead of
+compiling it.
+"""
+import hashlib
+import importlib.util
+import os
+import pathlib
+import sys
+
+# scalar forward expression and local derivative (d out / d operand k) per op name;
+# x0, x1 are the operands, t the op's own value
+UNARY = {
+    "tanh": ("np.tanh({x0})", ["(1.0 - {t} * {t})"]),
+    "sigmoid": ("0.5 * (1.0 + np.tanh(0.5 * {x0}))", ["{t} * (1.0 - {t})"]),
+    "relu": ("max({x0}, 0.0)", ["(1.0 if {t} > 0.0 else 0.0)"]),
+    "exp": ("np.exp({x0})", ["{t}"]),
+    "log": ("np.log({x0})", ["(1.0 / {x0})"]),
+}
+BINARY = {
+    "add": ("{x0} + {x1}", ["1.0", "1.0"]),
+    "sub": ("{x0} - {x1}", ["1.0", "-1.0"]),
+    "mul": ("{x0} * {x1}", ["{x1}", "{x0}"]),
+    "div": ("{x0} / {x1}", ["(1.0 / {x1})", "(-{x0} / ({x1} * {x1}))"]),
+}
+FUSABLE = set(UNARY) | set(BINARY) | {"scalar_affine", "slice"}
+
+
+def cache_dir() -> pathlib.Path:
+    d = pathlib.Path(os.environ.get("HYBRIDBATCH_CACHE_DIR", pathlib.Path.home() / ".cache" / "hybridbatch" / "kernels"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+class FusedRun:
+    """One generated kernel pair for a run of elementwise program steps.
+
+    inputs: per kernel argument, ("slot", s) a batched (B, width) value or ("param", pid) a
+    shared vector; outputs: program slots the run must materialize, each (B, n).
+    """
+
+    def __init__(self, n, inputs, outputs, source):
+        self.n = n
+        self.inputs = inputs
+        self.outputs = outputs
+        self.forward_kernel, self.backward_kernel = _load(source)
+
+
+def build_run(steps, n, used_later):
+    """A FusedRun for program steps (slot, sig, refs, aux) all of output length n.
+
+    used_later: slots read after the run or returned by the program (must be written out).
+    """
+    inputs, input_index = [], {}
+    leaves = {}           # (input index, column offset) -> leaf variable name
+    value_of = {}         # program slot -> scalar expression name
+    lines, grads = [], []  # forward statements; per statement: (name, [(operand var, local derivative)])
+
+    def arg(kind, key):
+        if (kind, key) not in input_index:
+            input_index[(kind, key)] = len(inputs)
+            inputs.append((kind, key))
+        return input_index[(kind, key)]
+
+    def leaf(kind, key, offset):
+        k = arg(kind, key)
+        name = leaves.get((k, offset))
+        if name is None:
+            name = leaves[(k, offset)] = f"l{len(leaves)}"
+        return name
+
+    def operand(ref, pid, offset=0):
+        if pid is not None:
+            return leaf("param", pid, offset)
+        if ref in value_of and offset == 0:
+            return value_of[ref]
+        return leaf("slot", ref, offset)
+
+    for slot, sig, refs, _ in steps:
+        name = sig.op.name
+        t = f"t{slot}"
+        if name == "slice":
+            src = refs[0]
+            value_of[slot] = operand(src, None, sig.attrs[0][1])
+            continue
+        xs = [operand(r, p) for r, p in zip(refs, sig.params)]
+        if name == "scalar_affine":
+            a, c = sig.attrs
+            expr, derivs = f"{xs[0]} * {a!r} + {c!r}", [repr(a)]
+        elif name in UNARY:
+            expr, derivs = UNARY[name]
+        else:
+            expr, derivs = BINARY[name]
+        fmt = {"t": t, **{f"x{i}": x for i, x in enumerate(xs)}}
+        lines.append(f"{t} = {expr.format(**fmt)}")
+        grads.append((t, [(x, d.format(**fmt)) for x, d in zip(xs, derivs)]))
+        value_of[slot] = t
+
+    outputs = [s for s, *_ in steps if s in used_later]
+    leaf_reads = []
+    for (k, offset), name in leaves.items():
+        kind = inputs[k][0]
+        leaf_reads.append(f"{name} = in{k}[j]" if kind == "param" else f"{name} = in{k}[b, {offset} + j]")
+    ins = ", ".join(f"in{k}" for k in range(len(inputs)))
+    outs = ", ".join(f"out{i}" for i in range(len(outputs)))
+    gouts = ", ".join(f"gout{i}" for i in range(len(outputs)))
+    gins = ", ".join(f"gin{k}" for k in range(len(inputs)))
+    body = leaf_reads + lines
+
+    fwd = [f"def forward(B, {ins}, {outs}):", "    for b in range(B):", f"        for j in range({n}):"]
+    fwd += [f"            {s}" for s in body]
+    fwd += [f"            out{i}[b, j] = {value_of[s]}" for i, s in enumerate(outputs)]
+
+    adj = [f"a_{v} = 0.0" for v in [t for t, _ in grads] + list(leaves.values())]
+    seed = [f"a_{value_of[s]} += gout{i}[b, j]" for i, s in enumerate(outputs)]
+    back = []
+    for t, parts in reversed(grads):
+        back += [f"a_{x} += a_{t} * {d}" for x, d in parts]
+    writes = []
+    for (k, offset), name in leaves.items():
+        target = f"gin{k}[j]" if inputs[k][0] == "param" else f"gin{k}[b, {offset} + j]"
+        writes.append(f"{target} += a_{name}")
+    bwd = [f"def backward(B, {ins}, {gouts}, {gins}):", "    for b in range(B):", f"        for j in range({n}):"]
+    bwd += [f"            {s}" for s in body + adj + seed + back + writes]
+
+    source = "\n".join(["import numpy as np", "from numba import njit", "", "",
+                        "@njit(cache=True)"] + fwd + ["", "", "@njit(cache=True)"] + bwd) + "\n"
+    return FusedRun(n, inputs, outputs, source)
+
+
+_loaded = {}
+
+
+def _load(source):
+    """Write the kernel module once under its source hash and import it (numba caches beside it)."""
+    digest = hashlib.sha1(source.encode()).hexdigest()[:16]
+    if digest in _loaded:
+        return _loaded[digest]
+    path = cache_dir() / f"fused_{digest}.py"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)     # atomic: concurrent processes never import half a file
+    name = f"hybridbatch_fused_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    _loaded[digest] = (module.forward, module.backward)
+    return _loaded[digest]
+
+
+def compile_stats():
+    """(cache hits, compilations) over every fused kernel this process has used."""
+    hits = misses = 0
+    for fns in _loaded.values():
+        for fn in fns:
+            hits += sum(fn.stats.cache_hits.values())
+            misses += sum(fn.stats.cache_misses.values())
+    return hits, misses
+
+
+def _fusable(step, n, produced):
+    """Can this step join a run over length-n vectors? `produced`: slots made inside the run."""
+    slot, sig, refs, _ = step
+    name = sig.op.name
+    if name not in FUSABLE or sig.out_shape != (n,) or sig.out_dtype.kind != "f":
+        return False
+    if name == "slice":
+        (key,) = sig.attrs if len(sig.attrs) == 1 else (None,)
+        return (key is not None and key[0] == "s" and key[3] == 1 and refs[0] is not None
+                and refs[0] not in produced and len(sig.in_shapes[0]) == 1)
+    return all(shape == (n,) for shape in sig.in_shapes)
+
+
+def plan_units(steps, program_outputs):
+    """Split program steps into single steps and FusedRuns (runs with >= 2 fused ops)."""
+    units, i = [], 0
+    while i < len(steps):
+        sig = steps[i][1]
+        n = sig.out_shape[0] if len(sig.out_shape) == 1 else None
+        j, produced = i, set()
+        while n is not None and j < len(steps) and _fusable(steps[j], n, produced):
+            produced.add(steps[j][0])
+            j += 1
+        if sum(s[1].op.name != "slice" for s in steps[i:j]) >= 2:
+            run = steps[i:j]
+            later = {r for s in steps[j:] for r in s[2] if r is not None} | set(program_outputs)
+            fused = build_run(run, n, later & produced)
+            fused.steps = run
+            units.append(fused)
+            i = j
+        else:
+            units.append(steps[i])
+            i += 1
+    return units
