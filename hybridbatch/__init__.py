@@ -16,11 +16,12 @@ from .parameter_dict import ParameterDict
 from .optim import Trainer
 from .scope import batching, Stats
 from .plan_cache import set_plan_cache_size
+from .trace import set_fusion
 
 __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", "tanh", "sigmoid", "relu", "exp", "log",
     "add_n", "concat", "slice", "split", "reshape", "sum", "lookup", "pick", "log_softmax",
     "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
     "NumericsError", "Future", "Parameter", "batching", "Stats",
-    "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size",
+    "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
 ]

@@ -22,7 +22,15 @@ from . import signature
 
 _composite_ids = itertools.count(1 << 20)   # op ids for traced programs, apart from the primitive registry
 INT = "int"   # an integer argument in a program's cache key
-FUSION = {"enabled": True}   # fuse elementwise runs of block programs into numba kernels
+# Fuse elementwise runs of block programs into numba kernels. Off by default: measured on
+# this project's CPU, numpy's SIMD ufuncs beat the fused loops (numba has no SVML here), see
+# docs/architecture.md. `set_fusion(True)` turns it on.
+FUSION = {"enabled": False}
+
+
+def set_fusion(enabled: bool) -> None:
+    """Run elementwise runs of hybridized blocks as fused numba kernels (block granularity)."""
+    FUSION["enabled"] = bool(enabled)
 
 
 class BlockInt:

