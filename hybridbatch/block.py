@@ -107,6 +107,10 @@ class HybridBlock(Block):
             return self.forward(*args)      # plain, or inlined into an enclosing trace
         handles, key, ints = [], [], []
         for a in args:
+            if a.__class__ is Future and a.scope is scope:     # the common case, first
+                handles.append(a)
+                key.append(scope.graph.type[a.id])
+                continue
             if isinstance(a, Parameter):
                 key.append(a)
                 continue

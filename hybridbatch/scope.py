@@ -143,24 +143,28 @@ class batching:
     def record_program(self, program, handles, ints=()):
         """One node for a whole traced block call (block granularity), plus its extra outputs."""
         g = self.graph
-        program.check_ints(ints)
-        if len(ints) == 1:
-            aux = ints[0]
-        elif ints:
-            aux = len(g.aux_flat)
-            g.aux_flat.extend(ints)
+        if ints:
+            program.check_ints(ints)
+            if len(ints) == 1:
+                aux = ints[0]
+            else:
+                aux = len(g.aux_flat)
+                g.aux_flat.extend(ints)
         else:
             aux = -1
         ids = [h.id for h in handles]
-        codes = tuple(g.type[i] for i in ids)
-        sig = _sig_by_key.get((program.op.id, (), codes)) or signature.intern(program.op, (), codes)
-        depth = 1 + max((g.depth[i] for i in ids), default=0)
+        depth = 1
+        for i in ids:
+            if g.depth[i] >= depth:
+                depth = g.depth[i] + 1
+        sig = program.sig
         nid = self._add(sig, depth, ids, aux)
+        if program.single:
+            return Future(self, nid)
         outs = [Future(self, nid)]
-        for j in range(1, len(program.outputs)):
-            out_sig = signature.intern(Output, (j, program.out_types[j]), ())
+        for out_sig in program.extra_out_sigs:
             outs.append(Future(self, self._add(out_sig, depth, (nid,), -1)))
-        return program.structure(outs)
+        return tuple(outs)
 
     def constant(self, value):
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""

@@ -15,7 +15,7 @@ from .errors import HybridBatchError
 from .future import Future
 from .kernels.fused import FusedRun, plan_units
 from .ops.registry import Op
-from .ops.shape import Input
+from .ops.shape import Input, Output
 from .parameter import Parameter, by_id
 from . import signature
 
@@ -82,6 +82,8 @@ class Program:
         self._units = None
         self.op = Composite(self)
         self.op.id = next(_composite_ids)
+        self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
+        self.extra_out_sigs = [signature.intern(Output, (j, t), ()) for j, t in enumerate(self.out_types) if j]
 
     # -- block granularity: all steps on the stacked batch --------------------------------
     def _aux(self, op, code, ints, size):
