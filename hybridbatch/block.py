@@ -96,6 +96,7 @@ class HybridBlock(Block):
         super().__init__()
         object.__setattr__(self, "_active", False)
         object.__setattr__(self, "_programs", {})
+        object.__setattr__(self, "auto_inline", False)   # granularity="auto"'s choice for this block
 
     def hybridize(self, active=True):
         object.__setattr__(self, "_active", active)
@@ -127,16 +128,18 @@ class HybridBlock(Block):
             program = self._programs[key] = self._trace(key)
         if scope is None:
             return program.replay(eager.apply, eager.constant, handles, ints)
-        if scope.granularity == "block":
+        if scope.granularity == "block" or (scope.granularity == "auto" and not self.auto_inline):
             return scope.record_program(program, handles, ints)
         return program.replay(scope.record, scope.constant, handles, ints)
 
     def _trace(self, key):
         tracer = _scope.tracing()
         try:
-            return trace(self, key, tracer)
+            program = trace(self, key, tracer)
         finally:
             _scope.end_tracing(tracer)
+        program.owner = self
+        return program
 
 
 def _as_handle(a, scope):

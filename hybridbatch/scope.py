@@ -16,6 +16,7 @@ from .autograd import run_backward
 from .errors import ScopeError
 from .execute import run_forward
 from .future import Future
+from .granularity import choose_granularity
 from .graph import Graph, Growable
 from .ops.shape import Input, Output, ParamRead
 from .parameter import Parameter
@@ -27,7 +28,7 @@ from . import backend, signature
 _local = threading.local()
 _sig_by_key = signature._sig_by_key
 
-GRANULARITIES = ("op", "block")
+GRANULARITIES = ("op", "block", "auto")
 
 
 def current():
@@ -65,6 +66,7 @@ class batching:
         self.check_numerics = check_numerics
         self.graph = Graph(track_origin=check_numerics)
         self.plans = []
+        self.params = {}
         self.arenas = []
         self.loc_arena = Growable(np.int64)
         self.loc_row = Growable(np.int64)
@@ -111,6 +113,7 @@ class batching:
             if a.__class__ is not Future:
                 if isinstance(a, Parameter):
                     codes.append(-a.pid - 1)
+                    self.params[a.pid] = a      # signatures name it by id: keep it alive
                     continue
                 a = self.constant(a)
             elif a.scope is not self:
@@ -195,6 +198,8 @@ class batching:
         self.plans.append(plan)
         try:
             run_forward(plan, self.arenas, backend.xp(), self.graph.origin)
+            if self.granularity == "auto":
+                choose_granularity(plan)
         except BaseException as e:
             self.failure = e
             raise

@@ -237,3 +237,36 @@ def test_integer_block_argument_is_range_checked_at_the_call():
     with hb.batching(granularity="block"):
         with pytest.raises(IndexError, match="lookup: index 12"):
             block(12, 1)
+
+
+def test_auto_granularity_inlines_only_blocks_that_batch_poorly():
+    emb = nn.Embedding(20, 4, seed=0)
+    lstm, child_sum = nn.LSTMCell(4, 4, seed=1), nn.ChildSumTreeLSTMCell(4, 4, seed=2)
+    lstm.hybridize()
+    child_sum.hybridize()
+    def encode(depth):
+        """A chain of child-sum calls whose arity varies along it (one small batch per call)."""
+        h, c = child_sum(emb(depth))
+        for k in range(depth):
+            states = [h, c] + [s for _ in range(k % 3) for s in child_sum(emb(1))]
+            h, c = child_sum(np.ones(4, np.float32), *states)
+        return h
+
+    def build():
+        outs = []
+        for n in (6, 6, 6):
+            h = c = np.zeros(4, np.float32)
+            for t in range(n):
+                h, c = lstm(emb(t), h, c)
+            outs += [h, encode(n)]
+        return hb.add_n([hb.sum(o) for o in outs]), outs
+
+    with hb.batching(granularity="auto"):
+        build()
+    assert child_sum.auto_inline and not lstm.auto_inline
+    _agree(build, _params(emb, lstm, child_sum))   # eager == block == op, and auto stays exact
+    with hb.batching(granularity="auto") as scope:
+        loss, _ = build()
+    assert scope.stats.nodes > 3 * 6 + 3             # the child-sum calls now record their ops
+    ref, _ = build()
+    np.testing.assert_allclose(loss.asnumpy(), ref.asnumpy(), rtol=1e-5)

@@ -1,0 +1,749 @@
+"""Every op, checked the same way (Chainer's shared test case).
+
+SPECS is a table with one or more entries per public op: how to draw random operand shapes
+and values, how to call the op, and a plain-numpy reference. From each entry we generate:
+
+  (a) eager forward == numpy reference (float64 rtol 1e-5; float32 too), each operand either a
+      shared Parameter or a constant, every combination; the op the spec names is the op recorded;
+  (b) eager gradients == central finite differences (float64), each operand either a shared
+      Parameter or a per-instance value (`P * 1.0`), every combination;
+  (c) batched == eager, both policies: several instances with different values recorded in
+      one scope, every operand in every mode ("shared" Parameter, per-instance "inst"
+      Parameter passed through an op, per-instance "const" = numpy constant * Parameter);
+      outputs and every parameter gradient match (float32, rtol 1e-4), and the op's nodes
+      really ran as one batch (a batch per node for the unbatchable py_func).
+
+`test_specs_cover_every_registered_op` fails when an op is registered without an entry.
+Error tests at the end: shape mismatches raise ShapeError at the recording call (naming the
+op and the shapes), lookup/pick indices out of range raise IndexError at record time.
+"""
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+from hybridbatch import signature
+from hybridbatch.ops import OPS
+
+# Registered ops that users never call: constants, parameter reads (inserted by recording),
+# and the extra outputs of multi-output nodes.
+INTERNAL = {"input", "param", "output"}
+POLICIES = ("agenda", "depth")
+N_INST = 4
+
+
+# ---------------------------------------------------------------------------------------
+# random shapes and values
+# ---------------------------------------------------------------------------------------
+def rint(rng, lo=1, hi=4):
+    return int(rng.integers(lo, hi + 1))
+
+
+def rshape(rng, min_rank=0, max_rank=2, lo=1, hi=4):
+    return tuple(rint(rng, lo, hi) for _ in range(rint(rng, min_rank, max_rank)))
+
+
+def draw(rng, shape, dom, dtype=np.float64):
+    """Random values in an op's safe domain."""
+    if dom == "pos":          # log
+        v = rng.uniform(0.5, 2.0, shape)
+    elif dom == "away0":      # divisors, relu inputs: keep finite differences off the kink/pole
+        v = rng.choice([-1.0, 1.0], shape) * rng.uniform(0.3, 1.5, shape)
+    else:                     # "any", "table"
+        v = rng.normal(0.0, 1.0, shape)
+    return np.asarray(v, dtype=dtype)
+
+
+def sigmoid_np(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def log_softmax_np(x):
+    z = x - x.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+# ---------------------------------------------------------------------------------------
+# the spec table
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Spec:
+    id: str
+    op: str                                  # the registered op name this entry exercises
+    dims: Callable                           # rng -> dict of sizes / indices
+    operands: list                           # [(d -> shape, domain)]; domain "table": Parameter only
+    call: Callable                           # (handles, d, aux) -> handle
+    ref: Callable                            # (numpy arrays, d, aux) -> numpy array
+    aux: Optional[Callable] = None           # (rng, d) -> int, drawn per instance
+    batchable: bool = True
+
+    def shapes(self, d):
+        return [f(d) for f, _ in self.operands]
+
+    def doms(self):
+        return [dom for _, dom in self.operands]
+
+
+SPECS = []
+
+
+def spec(*args, **kw):
+    SPECS.append(Spec(*args, **kw))
+
+
+def _same(key):
+    return lambda d: d[key]
+
+
+def _rank_any(rng):
+    return {"s": rshape(rng, 0, 2)}
+
+
+# unary ops, on values of rank 0..2
+for _name, _ref, _dom in [("tanh", np.tanh, "any"), ("sigmoid", sigmoid_np, "any"),
+                          ("relu", lambda x: np.maximum(x, 0.0), "away0"), ("exp", np.exp, "any"),
+                          ("log", np.log, "pos")]:
+    spec(_name, _name, _rank_any, [(_same("s"), _dom)],
+         (lambda name: lambda xs, d, a: getattr(hb, name)(xs[0]))(_name),
+         (lambda f: lambda xs, d, a: f(xs[0]))(_ref))
+
+# Python scalars: the scalar_affine op (a * x + c)
+for _id, _call, _ref in [
+        ("scalar_mul", lambda x: x * 2.5, lambda x: x * 2.5),
+        ("scalar_rmul", lambda x: -1.5 * x, lambda x: -1.5 * x),
+        ("scalar_neg", lambda x: -x, lambda x: -x),
+        ("scalar_radd", lambda x: 0.5 + x, lambda x: 0.5 + x),
+        ("scalar_sub", lambda x: x - 0.75, lambda x: x - 0.75),
+        ("scalar_rsub", lambda x: 1.5 - x, lambda x: 1.5 - x),
+        ("scalar_div", lambda x: x / 4.0, lambda x: x / 4.0),
+        ("scalar_np", lambda x: hb.mul(x, np.float32(3.0)), lambda x: x * 3.0),
+        ("scalar_add_int", lambda x: hb.add(2, x), lambda x: x + 2.0)]:
+    spec(_id, "scalar_affine", _rank_any, [(_same("s"), "any")],
+         (lambda c: lambda xs, d, a: c(xs[0]))(_call), (lambda r: lambda xs, d, a: r(xs[0]))(_ref))
+
+
+# binary elementwise ops with per-instance numpy broadcasting
+def _bin_dims_same(rng):
+    return {"a": (s := rshape(rng, 0, 2)), "b": s}
+
+
+def _bin_dims_mat_vec(rng):
+    m, n = rint(rng), rint(rng)
+    return {"a": (m, n), "b": (n,)}
+
+
+def _bin_dims_vec_mat(rng):
+    m, n = rint(rng), rint(rng)
+    return {"a": (n,), "b": (m, n)}
+
+
+def _bin_dims_outer(rng):
+    m, n = rint(rng, 2), rint(rng, 2)
+    return {"a": (m, 1), "b": (n,)}
+
+
+def _bin_dims_scalar(rng):
+    return {"a": (), "b": rshape(rng, 1, 2)}
+
+
+_BIN_OPS = [("add", np.add, lambda a, b: a + b, hb.add),
+            ("sub", np.subtract, lambda a, b: a - b, hb.sub),
+            ("mul", np.multiply, lambda a, b: a * b, hb.mul),
+            ("div", np.divide, lambda a, b: a / b, hb.div)]
+for _name, _ref, _operator, _fn in _BIN_OPS:
+    for _variant, _dims, _use_operator in [("same", _bin_dims_same, True), ("mat_vec", _bin_dims_mat_vec, False),
+                                           ("vec_mat", _bin_dims_vec_mat, True), ("outer", _bin_dims_outer, False),
+                                           ("scalar", _bin_dims_scalar, True)]:
+        spec(f"{_name}_{_variant}", _name, _dims,
+             [(_same("a"), "any"), (_same("b"), "away0" if _name == "div" else "any")],
+             (lambda f: lambda xs, d, a: f(xs[0], xs[1]))(_operator if _use_operator else _fn),
+             (lambda f: lambda xs, d, a: f(xs[0], xs[1]))(_ref))
+
+
+# one value as several operands of one op (its gradient arrives twice)
+def _square_dims(rng):
+    return {"s": rshape(rng, 0, 2), "n": rint(rng)}
+
+
+spec("add_self", "add", _square_dims, [(_same("s"), "any")],
+     lambda xs, d, a: xs[0] + xs[0], lambda xs, d, a: 2 * xs[0])
+spec("mul_self", "mul", _square_dims, [(_same("s"), "any")],
+     lambda xs, d, a: xs[0] * xs[0], lambda xs, d, a: xs[0] ** 2)
+spec("div_self_shifted", "div", _square_dims, [(_same("s"), "pos")],
+     lambda xs, d, a: xs[0] / (xs[0] + 1.0), lambda xs, d, a: xs[0] / (xs[0] + 1.0))
+spec("matmul_self", "matmul", _square_dims, [(lambda d: (d["n"], d["n"]), "any")],
+     lambda xs, d, a: xs[0] @ xs[0], lambda xs, d, a: xs[0] @ xs[0])
+spec("concat_self", "concat", _square_dims, [(lambda d: (d["n"],), "any"), (lambda d: (2,), "any")],
+     lambda xs, d, a: hb.concat([xs[0], xs[1], xs[0]]), lambda xs, d, a: np.concatenate([xs[0], xs[1], xs[0]]))
+spec("add_n_self", "add_n", _square_dims, [(_same("s"), "any"), (_same("s"), "any")],
+     lambda xs, d, a: hb.add_n([xs[0], xs[1], xs[0]]), lambda xs, d, a: 2 * xs[0] + xs[1])
+
+
+# matmul: all four 1-D / 2-D combinations
+def _mm_dims(rng):
+    return {"m": rint(rng), "n": rint(rng), "k": rint(rng)}
+
+
+spec("matmul_vv", "matmul", _mm_dims, [(lambda d: (d["n"],), "any"), (lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.matmul(xs[0], xs[1]), lambda xs, d, a: xs[0] @ xs[1])
+spec("matmul_mv", "matmul", _mm_dims, [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.matmul(xs[0], xs[1]), lambda xs, d, a: xs[0] @ xs[1])
+spec("matmul_vm", "matmul", _mm_dims, [(lambda d: (d["n"],), "any"), (lambda d: (d["n"], d["k"]), "any")],
+     lambda xs, d, a: xs[0] @ xs[1], lambda xs, d, a: xs[0] @ xs[1])
+spec("matmul_mm", "matmul", _mm_dims, [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"], d["k"]), "any")],
+     lambda xs, d, a: xs[0] @ xs[1], lambda xs, d, a: xs[0] @ xs[1])
+
+# affine: W @ x + b with a broadcasting bias
+_affine = (lambda xs, d, a: hb.affine(xs[0], xs[1], xs[2]))
+_affine_ref = (lambda xs, d, a: xs[0] @ xs[1] + xs[2])
+spec("affine_mv", "affine", _mm_dims,
+     [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"],), "any"), (lambda d: (d["m"],), "any")],
+     _affine, _affine_ref)
+spec("affine_mm", "affine", _mm_dims,
+     [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"], d["k"]), "any"), (lambda d: (d["m"], d["k"]), "any")],
+     _affine, _affine_ref)
+spec("affine_mm_bias_row", "affine", _mm_dims,
+     [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"], d["k"]), "any"), (lambda d: (d["k"],), "any")],
+     _affine, _affine_ref)
+spec("affine_vm", "affine", _mm_dims,
+     [(lambda d: (d["n"],), "any"), (lambda d: (d["n"], d["k"]), "any"), (lambda d: (d["k"],), "any")],
+     _affine, _affine_ref)
+spec("affine_vv_scalar_bias", "affine", _mm_dims,
+     [(lambda d: (d["n"],), "any"), (lambda d: (d["n"],), "any"), (lambda d: (), "any")],
+     _affine, _affine_ref)
+
+# add_n
+spec("add_n2", "add_n", _rank_any, [(_same("s"), "any")] * 2,
+     lambda xs, d, a: hb.add_n(xs), lambda xs, d, a: xs[0] + xs[1])
+spec("add_n3", "add_n", _rank_any, [(_same("s"), "any")] * 3,
+     lambda xs, d, a: hb.add_n(xs), lambda xs, d, a: xs[0] + xs[1] + xs[2])
+
+
+# concat
+def _cat_dims(rng):
+    return {"m": rint(rng), "a": rint(rng), "b": rint(rng), "c": rint(rng)}
+
+
+spec("concat_vec", "concat", _cat_dims, [(lambda d: (d["a"],), "any"), (lambda d: (d["b"],), "any")],
+     lambda xs, d, a: hb.concat(xs), lambda xs, d, a: np.concatenate(xs))
+spec("concat_axis1", "concat", _cat_dims, [(lambda d: (d["m"], d["a"]), "any"), (lambda d: (d["m"], d["b"]), "any")],
+     lambda xs, d, a: hb.concat(xs, axis=1), lambda xs, d, a: np.concatenate(xs, axis=1))
+spec("concat_axis0_three", "concat", _cat_dims,
+     [(lambda d: (d["a"], d["m"]), "any"), (lambda d: (d["b"], d["m"]), "any"), (lambda d: (d["c"], d["m"]), "any")],
+     lambda xs, d, a: hb.concat(xs, axis=0), lambda xs, d, a: np.concatenate(xs, axis=0))
+spec("concat_axis_neg", "concat", _cat_dims, [(lambda d: (d["m"], d["a"]), "any"), (lambda d: (d["m"], d["b"]), "any")],
+     lambda xs, d, a: hb.concat(xs, axis=-1), lambda xs, d, a: np.concatenate(xs, axis=-1))
+
+
+# slicing, indexing, split
+def _slice_dims(rng):
+    m, n = rint(rng, 1, 4), rint(rng, 2, 5)
+    i = rint(rng, 0, n - 1)
+    return {"m": m, "n": n, "i": i, "j": rint(rng, i + 1, n), "r": rint(rng, 0, m - 1),
+            "q": rint(rng, 1, 3), "sections": rint(rng, 1, 3)}
+
+
+def _split_dims(rng):
+    d = _slice_dims(rng)
+    d["piece"] = rint(rng, 0, d["sections"] - 1)
+    return d
+
+
+spec("slice_range", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][d["i"]:d["j"]], lambda xs, d, a: xs[0][d["i"]:d["j"]])
+spec("slice_elem", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][d["i"]], lambda xs, d, a: xs[0][d["i"]])
+spec("slice_negative", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0][-1, -d["i"] - 1:], lambda xs, d, a: xs[0][-1, -d["i"] - 1:])
+spec("slice_step", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][::2], lambda xs, d, a: xs[0][::2])
+spec("slice_row", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0][d["r"]], lambda xs, d, a: xs[0][d["r"]])
+spec("slice_2d", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.slice(xs[0], (slice(None), slice(d["i"], d["j"]))),
+     lambda xs, d, a: xs[0][:, d["i"]:d["j"]])
+spec("slice_ij", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0][d["r"], d["i"]], lambda xs, d, a: xs[0][d["r"], d["i"]])
+spec("split_axis1", "slice", _split_dims, [(lambda d: (d["m"], d["sections"] * d["q"]), "any")],
+     lambda xs, d, a: hb.split(xs[0], d["sections"], axis=1)[d["piece"]],
+     lambda xs, d, a: np.split(xs[0], d["sections"], axis=1)[d["piece"]])
+spec("split_axis0", "slice", _split_dims, [(lambda d: (d["sections"] * d["q"],), "any")],
+     lambda xs, d, a: hb.split(xs[0], d["sections"])[d["piece"]],
+     lambda xs, d, a: np.split(xs[0], d["sections"])[d["piece"]])
+
+
+# reshape
+def _rs_dims(rng):
+    return {"m": rint(rng), "n": rint(rng)}
+
+
+spec("reshape_transpose", "reshape", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], (d["n"], d["m"])), lambda xs, d, a: xs[0].reshape(d["n"], d["m"]))
+spec("reshape_flat", "reshape", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], (d["m"] * d["n"],)), lambda xs, d, a: xs[0].reshape(-1))
+spec("reshape_up", "reshape", _rs_dims, [(lambda d: (d["m"] * d["n"],), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], (d["m"], d["n"])), lambda xs, d, a: xs[0].reshape(d["m"], d["n"]))
+spec("reshape_to_scalar", "reshape", _rs_dims, [(lambda d: (1, 1), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], ()), lambda xs, d, a: xs[0].reshape(()))
+
+# sum
+spec("sum_all", "sum", _rank_any, [(_same("s"), "any")],
+     lambda xs, d, a: hb.sum(xs[0]), lambda xs, d, a: np.sum(xs[0]))
+spec("sum_axis0", "sum", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.sum(xs[0], axis=0), lambda xs, d, a: xs[0].sum(axis=0))
+spec("sum_axis1", "sum", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.sum(xs[0], axis=1), lambda xs, d, a: xs[0].sum(axis=1))
+spec("sum_axis_neg", "sum", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.sum(xs[0], axis=-1), lambda xs, d, a: xs[0].sum(axis=-1))
+spec("sum_vec_axis0", "sum", _rs_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.sum(xs[0], axis=0), lambda xs, d, a: xs[0].sum(axis=0))
+
+
+# ops that carry one integer per node
+def _idx_dims(rng):
+    return {"rows": rint(rng, 1, 6), "n": rint(rng, 1, 5), "m": rint(rng, 1, 3)}
+
+
+spec("lookup_2d", "lookup", _idx_dims, [(lambda d: (d["rows"], d["n"]), "table")],
+     lambda xs, d, a: hb.lookup(xs[0], a), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["rows"] - 1))
+spec("lookup_1d", "lookup", _idx_dims, [(lambda d: (d["rows"],), "table")],
+     lambda xs, d, a: hb.lookup(xs[0], a), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["rows"] - 1))
+spec("lookup_3d", "lookup", _idx_dims, [(lambda d: (d["rows"], d["m"], d["n"]), "table")],
+     lambda xs, d, a: hb.lookup(xs[0], np.int64(a)), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["rows"] - 1))
+spec("pick", "pick", _idx_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.pick(xs[0], a), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["n"] - 1))
+spec("log_softmax_vec", "log_softmax", _idx_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.log_softmax(xs[0]), lambda xs, d, a: log_softmax_np(xs[0]))
+spec("log_softmax_mat", "log_softmax", _idx_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.log_softmax(xs[0]), lambda xs, d, a: log_softmax_np(xs[0]))
+spec("pick_neg_log_softmax", "pick_neg_log_softmax", _idx_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.pick_neg_log_softmax(xs[0], a), lambda xs, d, a: -log_softmax_np(xs[0])[a],
+     aux=lambda rng, d: rint(rng, 0, d["n"] - 1))
+
+
+# py_func (unbatchable): module-level functions so every instance has one signature
+def xsin(x):
+    return np.sin(x) * x
+
+
+def xsin_grad(x, y, gy):
+    return (gy * (np.cos(x) * x + np.sin(x)),)
+
+
+def scale_rows(x, v):
+    return x * np.exp(v)
+
+
+def scale_rows_grad(x, v, y, gy):
+    return gy * np.exp(v), (gy * y).sum(axis=0)
+
+
+def col_sq_sum(x):
+    return (x * x).sum(axis=0)
+
+
+def col_sq_sum_grad(x, y, gy):
+    return (2 * x * gy[None, :],)
+
+
+spec("py_func_unary", "py_func", _rank_any, [(_same("s"), "any")],
+     lambda xs, d, a: hb.py_func(xsin, xs[0], out_shape=d["s"], out_dtype=xs[0].dtype, grad_fn=xsin_grad),
+     lambda xs, d, a: xsin(xs[0]), batchable=False)
+spec("py_func_binary", "py_func", _rs_dims, [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.py_func(scale_rows, xs[0], xs[1], out_shape=(d["m"], d["n"]), out_dtype=xs[0].dtype,
+                                 grad_fn=scale_rows_grad),
+     lambda xs, d, a: scale_rows(xs[0], xs[1]), batchable=False)
+spec("py_func_reduce", "py_func", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.py_func(col_sq_sum, xs[0], out_shape=(d["n"],), out_dtype=xs[0].dtype,
+                                 grad_fn=col_sq_sum_grad),
+     lambda xs, d, a: col_sq_sum(xs[0]), batchable=False)
+
+SPEC_IDS = [s.id for s in SPECS]
+assert len(set(SPEC_IDS)) == len(SPEC_IDS), "spec ids must be unique"
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------
+def make_param(value, dtype):
+    p = hb.Parameter("gc", np.shape(value), init=0.0, dtype=dtype)
+    p.data = np.asarray(value, dtype)
+    return p
+
+
+def modes_for(spec_):
+    """Every combination of operand modes (a table operand is always a shared Parameter)."""
+    choices = [("shared",) if dom == "table" else ("shared", "inst", "const") for dom in spec_.doms()]
+    return list(itertools.product(*choices))
+
+
+def root_op(handle):
+    return handle.sig.op.name
+
+
+# ---------------------------------------------------------------------------------------
+# coverage
+# ---------------------------------------------------------------------------------------
+def test_specs_cover_every_registered_op():
+    registered = {op.name for op in OPS} - INTERNAL
+    covered = {s.op for s in SPECS}
+    assert registered - covered == set(), f"ops registered without a gradcheck spec: {registered - covered}"
+    assert covered - registered == set(), f"specs name ops that are not registered: {covered - registered}"
+
+
+def test_internal_ops_are_not_user_ops():
+    # the exclusions above are only for ops users never call directly
+    names = {op.name for op in OPS}
+    assert {"input", "param"} <= names
+    for name in INTERNAL & names:
+        assert not hasattr(hb, name), f"{name} is public; give it a spec instead of excluding it"
+
+
+# ---------------------------------------------------------------------------------------
+# (a) eager forward == numpy
+# ---------------------------------------------------------------------------------------
+def layouts(spec_):
+    """Every assignment of "shared" (a Parameter operand) / "inst" (a per-instance value) to
+    the operands; a table operand is always shared. All-shared operands make recording
+    insert a `param` read before the op; a shared operand next to per-instance ones reaches
+    the kernel unbatched (shared-left / shared-right matmuls and so on)."""
+    choices = [("shared",) if dom == "table" else ("shared", "inst") for dom in spec_.doms()]
+    return list(itertools.product(*choices))
+
+
+@pytest.mark.parametrize("spec_", SPECS, ids=SPEC_IDS)
+def test_eager_forward_matches_numpy(spec_):
+    rng = np.random.default_rng(1000 + SPEC_IDS.index(spec_.id))
+    for _ in range(3):
+        d = spec_.dims(rng)
+        arrays = [draw(rng, shp, dom) for shp, dom in zip(spec_.shapes(d), spec_.doms())]
+        aux = spec_.aux(rng, d) if spec_.aux else None
+        expected = np.asarray(spec_.ref(arrays, d, aux))
+        for layout in layouts(spec_):
+            for dtype, rtol, atol in ((np.float64, 1e-5, 1e-12), (np.float32, 1e-4, 1e-5)):
+                # per-instance operands here are constants: raw numpy arrays or hb.array
+                xs = [make_param(x, dtype) if mode == "shared" else
+                      (hb.array(x.astype(dtype)) if j % 2 else x.astype(dtype))
+                      for j, (mode, x) in enumerate(zip(layout, arrays))]
+                if all(not isinstance(x, (hb.Parameter, hb.Tensor)) for x in xs):
+                    xs[0] = hb.array(xs[0])      # an op needs at least one hybridbatch operand
+                out = spec_.call(xs, d, aux)
+                where = f"{layout} {np.dtype(dtype).name} {d} aux={aux}"
+                assert isinstance(out, hb.Tensor), where
+                assert root_op(out) == spec_.op, (where, root_op(out))
+                assert out.shape == expected.shape, (where, out.shape, expected.shape)
+                assert out.dtype == dtype, where
+                np.testing.assert_allclose(out.asnumpy(), expected, rtol=rtol, atol=atol, err_msg=where)
+
+
+# ---------------------------------------------------------------------------------------
+# (b) gradients == central finite differences (float64)
+# ---------------------------------------------------------------------------------------
+def _loss(spec_, params, layout, d, aux, weights):
+    xs = [p if mode == "shared" else p * 1.0 for p, mode in zip(params, layout)]
+    out = spec_.call(xs, d, aux)
+    return hb.sum(out * hb.array(weights))
+
+
+@pytest.mark.parametrize("spec_", SPECS, ids=SPEC_IDS)
+def test_gradients_match_finite_differences(spec_):
+    rng = np.random.default_rng(2000 + SPEC_IDS.index(spec_.id))
+    eps = 1e-6
+    for _ in range(2):
+        d = spec_.dims(rng)
+        arrays = [draw(rng, shp, dom) for shp, dom in zip(spec_.shapes(d), spec_.doms())]
+        aux = spec_.aux(rng, d) if spec_.aux else None
+        weights = rng.normal(size=np.shape(spec_.ref(arrays, d, aux)))
+        for layout in layouts(spec_):
+            params = [make_param(x, np.float64) for x in arrays]
+            _loss(spec_, params, layout, d, aux, weights).backward()
+            for j, p in enumerate(params):
+                numeric = np.zeros(p.shape)
+                base = p.data.copy()
+                for idx in np.ndindex(*p.shape):
+                    for sign in (1, -1):
+                        moved = base.copy()
+                        moved[idx] += sign * eps
+                        p.data = moved
+                        numeric[idx] += sign * _loss(spec_, params, layout, d, aux, weights).item() / (2 * eps)
+                    p.data = base
+                np.testing.assert_allclose(p.grad, numeric, rtol=1e-5, atol=1e-7,
+                                           err_msg=f"operand {j} layout={layout} {d} aux={aux}")
+
+            # a second backward accumulates
+            grads = [p.grad.copy() for p in params]
+            _loss(spec_, params, layout, d, aux, weights).backward()
+            for p, g in zip(params, grads):
+                np.testing.assert_allclose(p.grad, 2 * g, rtol=1e-12, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------------------
+# (c) batched == eager, every operand mode, both policies
+# ---------------------------------------------------------------------------------------
+class Case:
+    """N_INST instances of one spec with operands in the given modes (float32)."""
+
+    def __init__(self, spec_, modes, rng, n_inst=N_INST):
+        self.spec, self.modes = spec_, modes
+        d = self.d = spec_.dims(rng)
+        self.params = []
+        self.shared = {}
+        self.per = [dict() for _ in range(n_inst)]
+        for j, (mode, shape, dom) in enumerate(zip(modes, spec_.shapes(d), spec_.doms())):
+            if mode in ("shared", "const"):
+                self.shared[j] = self._param(draw(rng, shape, dom))
+            if mode == "const":     # value_i = c_i * S: per instance, gradient into a shared S
+                for per in self.per:
+                    per[j] = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+            elif mode == "inst":    # value_i = P_i * 1.0: per instance, its own Parameter
+                for per in self.per:
+                    per[j] = self._param(draw(rng, shape, dom))
+        self.aux = [spec_.aux(rng, d) if spec_.aux else None for _ in range(n_inst)]
+        self.weights = None
+        self.rng = rng
+
+    def _param(self, value):
+        p = make_param(value, np.float32)
+        self.params.append(p)
+        return p
+
+    def operands(self, i):
+        xs = []
+        for j, mode in enumerate(self.modes):
+            if mode == "shared":
+                xs.append(self.shared[j])
+            elif mode == "const":
+                c = self.per[i][j]
+                xs.append(c * self.shared[j] if i % 2 else hb.array(c) * self.shared[j])
+            else:
+                xs.append(self.per[i][j] * 1.0)
+        return xs
+
+    def record(self):
+        outs, losses = [], []
+        for i in range(len(self.per)):
+            out = self.spec.call(self.operands(i), self.d, self.aux[i])
+            if self.weights is None or len(self.weights) <= i:
+                self.weights = (self.weights or []) + [self.rng.normal(size=out.shape).astype(np.float32)]
+            outs.append(out)
+            losses.append(hb.sum(out * self.weights[i]))
+        return outs, losses
+
+    def zero_grad(self):
+        for p in self.params:
+            p.zero_grad()
+
+
+def batch_of(scope):
+    """Global node id -> (flush, batch) for every executed node of the scope."""
+    where = {}
+    for f, plan in enumerate(scope.plans):
+        for b in range(plan.n_batches):
+            for v in plan.batch_nodes(b):
+                where[plan.start + int(v)] = (f, b)
+    return where
+
+
+def run_case(case, policy):
+    case.zero_grad()
+    outs, losses = case.record()                        # eager, one instance at a time
+    eager_out = [o.asnumpy() for o in outs]
+    for loss in losses:
+        loss.backward()
+    eager_grads = [p.grad.copy() for p in case.params]
+
+    case.zero_grad()
+    with hb.batching(policy=policy) as scope:
+        outs, losses = case.record()
+        assert all(isinstance(o, hb.Future) for o in outs)
+        hb.add_n(losses).backward()
+    msg = f"{case.spec.id} modes={case.modes} d={case.d} policy={policy}"
+    for i, (o, e) in enumerate(zip(outs, eager_out)):
+        assert o.shape == e.shape and o.dtype == e.dtype == np.float32, msg
+        np.testing.assert_allclose(o.asnumpy(), e, rtol=1e-4, atol=1e-5, err_msg=f"{msg} instance {i}")
+    for p, e in zip(case.params, eager_grads):
+        np.testing.assert_allclose(p.grad, e, rtol=1e-4, atol=1e-5, err_msg=f"{msg} grad of {p}")
+
+    # the op under test really ran batched: one batch for all instances (py_func: one each)
+    where = batch_of(scope)
+    assert all(signature.SIGS[scope.graph.sig[o.id]].op.name == case.spec.op for o in outs), msg
+    batches = {where[o.id] for o in outs}
+    assert len(batches) == (1 if case.spec.batchable else len(outs)), (msg, batches)
+    st = scope.stats
+    assert st.batches < st.nodes, (msg, st)
+    assert st.lower_bound <= st.batches, (msg, st)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("spec_", SPECS, ids=SPEC_IDS)
+def test_batched_matches_eager(spec_, policy):
+    rng = np.random.default_rng(3000 + SPEC_IDS.index(spec_.id))
+    for _ in range(2):
+        for modes in modes_for(spec_):
+            run_case(Case(spec_, modes, rng), policy)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_batched_mixed_shapes_in_one_scope(policy):
+    """Instances of one op with different shapes and modes in one scope: each group batches apart."""
+    rng = np.random.default_rng(7)
+    specs = [s for s in SPECS if s.op in ("matmul", "add", "affine", "concat", "py_func", "lookup")]
+    cases = [Case(s, m, rng, n_inst=2) for s in specs for m in modes_for(s)[:4]]
+    eager = []
+    for c in cases:
+        c.zero_grad()
+    for c in cases:
+        outs, losses = c.record()
+        eager.append([o.asnumpy() for o in outs])
+        for loss in losses:
+            loss.backward()
+    eager_grads = [[p.grad.copy() for p in c.params] for c in cases]
+    for c in cases:
+        c.zero_grad()
+    with hb.batching(policy=policy) as scope:
+        recorded = [c.record() for c in cases]
+        for _, losses in recorded:
+            for loss in losses:
+                loss.backward()          # many backward calls in one scope; the first flushes
+    for c, (outs, _), e_outs, e_grads in zip(cases, recorded, eager, eager_grads):
+        for o, e in zip(outs, e_outs):
+            np.testing.assert_allclose(o.asnumpy(), e, rtol=1e-4, atol=1e-5, err_msg=c.spec.id)
+        for p, e in zip(c.params, e_grads):
+            np.testing.assert_allclose(p.grad, e, rtol=1e-4, atol=1e-5, err_msg=f"{c.spec.id} {c.modes}")
+    assert scope.stats.batches < scope.stats.nodes
+
+
+# ---------------------------------------------------------------------------------------
+# errors at the recording call
+# ---------------------------------------------------------------------------------------
+def _f32(*shape):
+    return np.ones(shape, np.float32)
+
+
+SHAPE_ERRORS = [
+    ("add", lambda a, b: a + b, (3,), (4,)),
+    ("sub", hb.sub, (2, 3), (2,)),
+    ("mul", lambda a, b: a * b, (2, 3), (3, 2)),
+    ("div", hb.div, (5,), (2, 4)),
+    ("matmul", lambda a, b: a @ b, (2, 3), (4,)),
+    ("matmul", hb.matmul, (3,), (2, 3)),
+    ("concat", lambda a, b: hb.concat([a, b], axis=1), (2, 3), (3, 3)),
+    ("add_n", lambda a, b: hb.add_n([a, b, a]), (3,), (1, 3)),
+    ("affine", lambda a, b: hb.affine(a, b, np.zeros(4, np.float32)), (2, 3), (3,)),
+    ("reshape", lambda a, b: hb.reshape(a, b.shape), (2, 3), (5,)),
+]
+
+
+def _shape_strings(*shapes):
+    return [str(tuple(s)) for s in shapes]
+
+
+@pytest.mark.parametrize("where", ["eager", "scope", "params"])
+@pytest.mark.parametrize("case", SHAPE_ERRORS, ids=[f"{c[0]}{i}" for i, c in enumerate(SHAPE_ERRORS)])
+def test_shape_mismatch_raises_at_the_call(case, where):
+    name, fn, sa, sb = case
+    if where == "params":
+        a = make_param(_f32(*sa), np.float32)
+        b = make_param(_f32(*sb), np.float32)
+        with pytest.raises(hb.ShapeError) as err:
+            fn(a, b)
+    elif where == "eager":
+        with pytest.raises(hb.ShapeError) as err:
+            fn(hb.array(_f32(*sa)), hb.array(_f32(*sb)))
+    else:
+        with hb.batching() as scope:
+            a, b = hb.tanh(hb.array(_f32(*sa))), hb.tanh(hb.array(_f32(*sb)))
+            n = len(scope.graph)
+            with pytest.raises(hb.ShapeError) as err:
+                fn(a, b)
+            assert scope.stats.flushes == 0, "the error must come at record time, not at a flush"
+            added = {signature.SIGS[s].op.name for s in scope.graph.sig[n:]}
+            assert added <= {"input"}, f"a failed call must not leave an op node behind: {added}"
+            ok = hb.sum(a)                  # the scope is still usable
+        assert ok.item() == pytest.approx(np.tanh(1.0) * int(np.prod(sa)), rel=1e-6)
+    msg = str(err.value)
+    assert msg.startswith(name), msg
+    for s in _shape_strings(sa, sb):
+        assert s in msg, (s, msg)
+    assert isinstance(err.value, ValueError) and isinstance(err.value, hb.HybridBatchError)
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+def test_dtype_mismatch_is_a_shape_error(in_scope):
+    def go():
+        with pytest.raises(hb.ShapeError, match="add.*float64.*float32|add.*float32.*float64"):
+            hb.array(np.ones(3)) + hb.array(_f32(3))
+    if in_scope:
+        with hb.batching():
+            go()
+    else:
+        go()
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+def test_one_hot_ops_need_vectors(in_scope):
+    def go():
+        m = hb.array(_f32(2, 3))
+        for fn in (lambda: hb.pick(m, 0), lambda: hb.pick_neg_log_softmax(m, 0)):
+            with pytest.raises(hb.ShapeError, match=r"\(2, 3\)"):
+                fn()
+    if in_scope:
+        with hb.batching():
+            go()
+    else:
+        go()
+
+
+PV = hb.Parameter("pv", (4,), init="normal")
+INDEX_ERRORS = [
+    ("lookup_high", lambda E, v: hb.lookup(E, 5)),
+    ("lookup_negative", lambda E, v: hb.lookup(E, -6)),
+    ("pick_high", lambda E, v: hb.pick(v, 4)),
+    ("pick_negative", lambda E, v: hb.pick(v, -5)),
+    ("pick_param", lambda E, v: hb.pick(PV, 4)),
+    ("pnls_high", lambda E, v: hb.pick_neg_log_softmax(v, 4)),
+    ("pnls_negative", lambda E, v: hb.pick_neg_log_softmax(v, -5)),
+    ("slice_elem", lambda E, v: v[4]),
+    ("slice_row", lambda E, v: E[5]),
+    ("slice_too_many", lambda E, v: v[0, 0]),
+]
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+@pytest.mark.parametrize("case", INDEX_ERRORS, ids=[c[0] for c in INDEX_ERRORS])
+def test_index_out_of_range_raises_at_record_time(case, in_scope):
+    _, fn = case
+    E = hb.Parameter("E", (5, 3), init="normal")
+    if not in_scope:
+        with pytest.raises(IndexError):
+            fn(E, hb.array(_f32(4)))
+        return
+    with hb.batching() as scope:
+        v = hb.tanh(hb.array(_f32(4)))
+        with pytest.raises(IndexError):
+            fn(E, v)
+        assert scope.stats.flushes == 0, "the error must come at record time, not at a flush"
+        ok = hb.lookup(E, 4) + hb.pick(v, 3)
+    np.testing.assert_allclose(ok.asnumpy(), E.data[4] + np.tanh(1.0), rtol=1e-6)
+
+
+def test_scope_keeps_temporary_parameters_alive():
+    with hb.batching():
+        y = hb.tanh(hb.Parameter("temporary", (3,), init=0.5))
+        z = hb.sum(y)
+    assert z.item() == pytest.approx(3 * np.tanh(0.5), rel=1e-6)
+
+
+@pytest.mark.parametrize("numerator, dtype", [(1, np.float32), (1.0, np.float64)], ids=["int_f32", "float_f64"])
+def test_python_number_divided_by_value(numerator, dtype):
+    x = make_param(np.array([0.5, 2.0, -4.0]), dtype)
+    y = numerator / x
+    assert y.dtype == dtype
+    np.testing.assert_allclose(y.asnumpy(), numerator / x.data, rtol=1e-6)

@@ -1,0 +1,512 @@
+"""Random DAGs of every op: batched execution must reproduce eager execution exactly.
+
+`build(rng, params)` records a DAG of >= 200 nodes from a seed: pools of values of a few
+vector/matrix shapes, each step applying a random op (every registered op appears) to
+values drawn from the pools or to shared Parameters. Values stay bounded (each handle
+carries a bound on its magnitude; anything that could grow past it is squashed by tanh),
+exp/log/div only see safe inputs. The same seed gives the same DAG in eager mode and inside
+`hb.batching`, so we compare EVERY node's value, not just the loss, and the parameter
+gradients of the loss, for both policies. Variants: several DAG instances sharing the
+parameters in one scope (real cross-instance batching), and reads in the middle of
+recording (incremental flushes, backward across flushes).
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import hybridbatch as hb
+from hybridbatch.ops import OPS
+
+POLICIES = ("agenda", "depth")
+MIN_NODES = 200
+VAL_RTOL, VAL_ATOL = 1e-5, 2e-5
+GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-4
+SETTINGS = dict(max_examples=15, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow])
+
+V3, V4, V7, M34, M43, M33, M64, M37, F12, S = (3,), (4,), (7,), (3, 4), (4, 3), (3, 3), (6, 4), (3, 7), (12,), ()
+CORE = (S, V3, V4, M34, M43, M33)
+
+
+# ---------------------------------------------------------------------------------------
+# py_func bodies (module level: one function object, one signature)
+# ---------------------------------------------------------------------------------------
+def wiggle(x):
+    return np.sin(x) + 0.1 * x * x
+
+
+def wiggle_grad(x, y, gy):
+    return (gy * (np.cos(x) + 0.2 * x),)
+
+
+def gate(x, y):
+    return x * np.cos(y)
+
+
+def gate_grad(x, y, out, gy):
+    return gy * np.cos(y), -gy * x * np.sin(y)
+
+
+# ---------------------------------------------------------------------------------------
+# parameters
+# ---------------------------------------------------------------------------------------
+PARAM_SHAPES = {"W34": M34, "W43": M43, "W33": M33, "b3": V3, "b4": V4, "E3": (10, 3), "E4": (8, 4),
+                "E1": (6,), "s": S}
+
+
+def make_params(seed=0):
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in PARAM_SHAPES.items():
+        p = hb.Parameter(f"dag_{name}", shape, init=0.0)
+        p.data = rng.uniform(-1, 1, shape).astype(np.float32)
+        params[name] = p
+    return params
+
+
+PARAMS = make_params()
+
+
+# ---------------------------------------------------------------------------------------
+# the DAG builder
+# ---------------------------------------------------------------------------------------
+class Builder:
+    def __init__(self, rng, params):
+        self.rng = rng
+        self.params = params
+        self.by_shape = {}
+        for name, p in params.items():
+            if not name.startswith("E"):
+                self.by_shape.setdefault(p.shape, []).append(p)
+        self.pools = {}          # shape -> [(handle, bound)]
+        self.nodes = []          # every handle created, in order
+        self.loss_terms = []
+        self.used = set()        # ids of pooled handles some later op read
+
+    # -- bookkeeping ----------------------------------------------------------------
+    def node(self, h):
+        self.nodes.append(h)
+        return h
+
+    def push(self, h, bound):
+        """Record h; pool it, squashed by tanh if it could have grown large."""
+        self.node(h)
+        if bound > 4.0:
+            h, bound = self.node(hb.tanh(h)), 1.0
+        self.pools.setdefault(tuple(h.shape), []).append((h, bound))
+        return h
+
+    def take(self, shape, param_ok=True):
+        """A pooled value of this shape, or (sometimes) a shared Parameter of it."""
+        if param_ok and shape in self.by_shape and self.rng.random() < 0.25:
+            ps = self.by_shape[shape]
+            return ps[self.rng.integers(len(ps))], 1.0
+        pool = self.pools.get(shape)
+        if not pool:
+            return self.const(shape), 1.0
+        h, bound = pool[self.rng.integers(len(pool))]
+        self.used.add(id(h))
+        return h, bound
+
+    def const(self, shape):
+        h = hb.array(self.rng.uniform(-1, 1, shape).astype(np.float32))
+        self.push(h, 1.0)
+        return h
+
+    def choice(self, seq):
+        return seq[self.rng.integers(len(seq))]
+
+    def pick_index(self, n):
+        return int(self.rng.integers(n))
+
+    # -- one step per op kind ----------------------------------------------------------
+    def unary(self):
+        shape = self.choice(CORE)
+        x, b = self.take(shape)
+        kind = self.choice(("tanh", "sigmoid", "relu"))
+        self.push(getattr(hb, kind)(x), b if kind == "relu" else 1.0)
+
+    def exp(self):
+        x, b = self.take(self.choice(CORE))
+        self.push(hb.exp(x), float(np.exp(b)))
+
+    def log(self):
+        x, _ = self.take(self.choice(CORE))
+        s = self.node(hb.sigmoid(x))
+        t = self.node(s + 0.5)
+        self.push(hb.log(t), 1.0)
+
+    def scalar(self):
+        x, b = self.take(self.choice(CORE))
+        kind = self.pick_index(6)
+        if kind == 0:
+            self.push(x * 1.5, 1.5 * b)
+        elif kind == 1:
+            self.push(-x, b)
+        elif kind == 2:
+            self.push(0.5 - x, b + 0.5)
+        elif kind == 3:
+            self.push(x / 2.0, b / 2)
+        elif kind == 4:
+            self.push(x + 0.25, b + 0.25)
+        else:
+            self.push(2.0 * x, 2 * b)
+
+    def binary(self):
+        op = self.choice(("add", "sub", "mul"))
+        form = self.pick_index(4)
+        if form == 0:                       # same shape
+            shape = self.choice(CORE)
+            (a, ba), (c, bc) = self.take(shape), self.take(shape)
+        elif form == 1:                     # matrix with a row vector
+            (a, ba), (c, bc) = self.take(M34), self.take(V4)
+        elif form == 2:                     # vector with a matrix (operand order swapped)
+            (a, ba), (c, bc) = self.take(V3), self.take(M43)
+        else:                               # per-instance scalar against anything
+            (a, ba), (c, bc) = self.take(S), self.take(self.choice(CORE))
+            if self.rng.random() < 0.5:
+                (a, ba), (c, bc) = (c, bc), (a, ba)
+        fn = {"add": lambda u, v: u + v, "sub": hb.sub, "mul": lambda u, v: u * v}[op]
+        self.push(fn(a, c), ba * bc if op == "mul" else ba + bc)
+
+    def div(self):
+        shape = self.choice(CORE)
+        (a, ba), (d, _) = self.take(shape), self.take(self.choice((shape, S)))
+        s = self.node(hb.sigmoid(d))
+        den = self.node(s + 0.5)
+        self.push(hb.div(a, den), 2.0 * ba)
+
+    def matmul(self):
+        left, right = self.choice([(M34, V4), (V4, M43), (V3, M34), (M34, M43), (V3, V3), (M33, M34),
+                                   (M43, M34), (M43, V3)])
+        (a, ba), (c, bc) = self.take(left), self.take(right)
+        fn = hb.matmul if self.rng.random() < 0.5 else (lambda u, v: u @ v)
+        self.push(fn(a, c), left[-1] * ba * bc)
+
+    def affine(self):
+        form = self.pick_index(3)
+        if form == 0:
+            (w, bw), (x, bx), (c, bc) = self.take(M34), self.take(V4), self.take(V3)
+        elif form == 1:
+            (w, bw), (x, bx), (c, bc) = self.take(M43), self.take(V3), self.take(V4)
+        else:                               # matrix product with a broadcast row bias
+            (w, bw), (x, bx), (c, bc) = self.take(M34), self.take(M43), self.take(V3)
+        self.push(hb.affine(w, x, c), w.shape[-1] * bw * bx + bc)
+
+    def add_n(self):
+        shape = self.choice(CORE)
+        items = [self.take(shape) for _ in range(2 + self.pick_index(3))]
+        self.push(hb.add_n([h for h, _ in items]), sum(b for _, b in items))
+
+    def concat(self):
+        form = self.pick_index(3)
+        if form == 0:
+            (a, ba), (c, bc) = self.take(V3), self.take(V4)
+            self.push(hb.concat([a, c]), max(ba, bc))
+        elif form == 1:
+            (a, ba), (c, bc) = self.take(M34), self.take(M34)
+            self.push(hb.concat([a, c], axis=0), max(ba, bc))
+        else:
+            (a, ba), (c, bc) = self.take(M33), self.take(M34)
+            self.push(hb.concat([a, c], axis=-1), max(ba, bc))
+
+    def slice(self):
+        form = self.pick_index(7)
+        if form == 0:
+            x, b = self.take(V7)
+            self.push(x[0:3], b)
+            self.push(x[3:], b)
+        elif form == 1:
+            x, b = self.take(M64)
+            for piece in hb.split(x, 2):
+                self.push(piece, b)
+        elif form == 2:
+            x, b = self.take(M37)
+            self.push(x[:, 3:], b)
+        elif form == 3:
+            x, b = self.take(M34)
+            self.push(x[self.pick_index(3)], b)
+        elif form == 4:
+            x, b = self.take(self.choice((V3, V4)))
+            self.push(x[self.pick_index(x.shape[0]) - x.shape[0] * int(self.rng.random() < 0.5)], b)
+        elif form == 5:
+            x, b = self.take(V7)
+            self.push(x[::2], b)
+        else:
+            x, b = self.take(M43)
+            self.push(x[self.pick_index(4), 1:], b)
+
+    def reshape(self):
+        form = self.pick_index(3)
+        if form == 0:
+            x, b = self.take(M34)
+            self.push(hb.reshape(x, M43), b)
+        elif form == 1:
+            x, b = self.take(M43)
+            self.push(hb.reshape(x, F12), b)
+        else:
+            x, b = self.take(F12)
+            self.push(hb.reshape(x, M34), b)
+
+    def sum(self):
+        form = self.pick_index(3)
+        shape = self.choice(CORE[1:])
+        x, b = self.take(shape)
+        if form == 0 or len(shape) == 1:
+            self.push(hb.sum(x), b * int(np.prod(shape)))
+        else:
+            axis = self.choice((0, 1, -1))
+            self.push(hb.sum(x, axis=axis), b * shape[axis])
+
+    def lookup(self):
+        name = self.choice(("E3", "E4", "E1"))
+        table = self.params[name]
+        self.push(hb.lookup(table, self.pick_index(table.shape[0])), 1.0)
+
+    def pick(self):
+        x, b = self.take(self.choice((V3, V4, V7)))
+        self.push(hb.pick(x, self.pick_index(x.shape[0])), b)
+
+    def log_softmax(self):
+        shape = self.choice((V3, V4, M34, M43))
+        x, b = self.take(shape)
+        self.push(hb.log_softmax(x), 2 * b + np.log(shape[-1]))
+
+    def pick_neg_log_softmax(self):
+        x, b = self.take(self.choice((V3, V4)))
+        y = hb.pick_neg_log_softmax(x, self.pick_index(x.shape[0]))
+        self.push(y, 2 * b + 2)
+        self.loss_terms.append(y)
+
+    def py_func(self):
+        shape = self.choice(CORE)
+        if self.rng.random() < 0.5:
+            x, b = self.take(shape)
+            self.push(hb.py_func(wiggle, x, out_shape=shape, grad_fn=wiggle_grad), 1 + 0.1 * b * b)
+        else:                               # the second operand may be a shared Parameter
+            (x, b), (y, _) = self.take(shape), self.take(shape)
+            self.push(hb.py_func(gate, x, y, out_shape=shape, grad_fn=gate_grad), b)
+
+    def param_read(self):
+        """An op straight on a Parameter: recording inserts a `param` read."""
+        p = self.choice(list(self.by_shape.values()))[0]
+        self.push(self.choice((hb.tanh, hb.sigmoid, hb.log_softmax if p.ndim else hb.tanh))(p), 4.0)
+
+    STEPS = ("unary", "exp", "log", "scalar", "binary", "div", "matmul", "affine", "add_n", "concat",
+             "slice", "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax",
+             "py_func", "param_read")
+
+    def step(self, kind):
+        getattr(self, kind)()
+
+
+def build(rng, params, hook=None, min_nodes=MIN_NODES):
+    """A random DAG from `rng` over the shared `params`: (every node handle, scalar loss).
+
+    hook(nodes), when given, is called after every step (to read values mid-recording).
+    """
+    b = Builder(rng, params)
+    for shape in CORE + (V7, M64, M37, F12):
+        b.const(shape)
+    kinds = list(Builder.STEPS)
+    rng.shuffle(kinds)
+    for kind in kinds:                       # every op kind at least once, then at random
+        b.step(kind)
+        if hook:
+            hook(b.nodes)
+    while len(b.nodes) < min_nodes:
+        b.step(b.choice(Builder.STEPS))
+        if hook:
+            hook(b.nodes)
+    # the loss: every picked loss, plus the sum of every pooled value no op read (so every
+    # node reaches the loss and every backward kernel runs), plus a few read ones again
+    terms = list(b.loss_terms)
+    pooled = [h for pool in b.pools.values() for h, _ in pool]
+    again = set(rng.choice(len(pooled), size=min(8, len(pooled)), replace=False).tolist())
+    for k, h in enumerate(pooled):
+        if id(h) not in b.used or k in again:
+            terms.append(b.node(hb.sum(h) if h.shape != () else h * 1.0))
+    loss = b.node(hb.add_n(terms))
+    return b.nodes, loss
+
+
+# ---------------------------------------------------------------------------------------
+# running and comparing
+# ---------------------------------------------------------------------------------------
+def zero_grads(params):
+    for p in params.values():
+        p.zero_grad()
+
+
+def grads_of(params):
+    return {k: p.grad.copy() for k, p in params.items()}
+
+
+def run_eager(seeds, params=PARAMS, hook_factory=None):
+    zero_grads(params)
+    all_nodes, losses = [], []
+    for s in seeds:
+        nodes, loss = build(np.random.default_rng(s), params, hook_factory(s) if hook_factory else None)
+        all_nodes.append([n.asnumpy() for n in nodes])
+        losses.append(loss)
+    for loss in losses:
+        loss.backward()
+    return all_nodes, grads_of(params), [n for ns in all_nodes for n in ns], losses
+
+
+def run_batched(seeds, policy, params=PARAMS, hook_factory=None):
+    zero_grads(params)
+    with hb.batching(policy=policy) as scope:
+        built = [build(np.random.default_rng(s), params, hook_factory(s) if hook_factory else None)
+                 for s in seeds]
+        total = hb.add_n([loss for _, loss in built]) if len(built) > 1 else built[0][1]
+        total.backward()
+    return [nodes for nodes, _ in built], grads_of(params), scope
+
+
+def assert_nodes_match(batched_nodes, eager_values, where):
+    assert len(batched_nodes) == len(eager_values), where
+    assert len(batched_nodes) >= MIN_NODES, where
+    for i, (fut, want) in enumerate(zip(batched_nodes, eager_values)):
+        assert isinstance(fut, hb.Future), where
+        got = fut.asnumpy()
+        assert got.shape == want.shape and got.dtype == want.dtype, (where, i, got.shape, want.shape)
+        assert np.all(np.isfinite(want)), (where, i)
+        np.testing.assert_allclose(got, want, rtol=VAL_RTOL, atol=VAL_ATOL, err_msg=f"{where}: node {i}")
+
+
+def assert_grads_match(got, want, where):
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=GRAD_RTOL, atol=GRAD_ATOL, err_msg=f"{where}: grad {k}")
+    assert any(np.abs(g).sum() > 0 for g in want.values()), "the loss must depend on the parameters"
+
+
+def ops_in_tape(roots):
+    """Names of every op reachable from eager Tensors (parameter reads included)."""
+    seen, names, stack = set(), set(), list(roots)
+    while stack:
+        t = stack.pop()
+        if id(t) in seen or not isinstance(t, hb.Tensor):
+            continue
+        seen.add(id(t))
+        names.add(t.sig.op.name)
+        stack.extend(t.inputs)
+    return names
+
+
+# ---------------------------------------------------------------------------------------
+# properties
+# ---------------------------------------------------------------------------------------
+def test_build_covers_every_registered_op():
+    nodes, loss = build(np.random.default_rng(0), PARAMS)
+    assert len(nodes) >= MIN_NODES
+    used = ops_in_tape(nodes + [loss])
+    registered = {op.name for op in OPS} - {"output"}      # multi-output plumbing, never user-called
+    assert registered - used == set(), f"ops never exercised by the random DAGs: {registered - used}"
+
+
+def test_build_is_deterministic():
+    a, la = build(np.random.default_rng(5), PARAMS)
+    b, lb = build(np.random.default_rng(5), PARAMS)
+    assert [x.sig.op.name for x in a] == [x.sig.op.name for x in b]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x.asnumpy(), y.asnumpy())
+
+
+@settings(**SETTINGS)
+@given(seed=st.integers(0, 2 ** 31 - 1))
+def test_random_dag_batched_equals_eager(seed):
+    eager_values, eager_grads, _, _ = run_eager([seed])
+    for policy in POLICIES:
+        nodes, grads, scope = run_batched([seed], policy)
+        where = f"seed={seed} policy={policy}"
+        assert_nodes_match(nodes[0], eager_values[0], where)
+        assert_grads_match(grads, eager_grads, where)
+        st_ = scope.stats
+        assert st_.lower_bound <= st_.batches <= st_.nodes, (where, st_)
+
+
+@settings(**dict(SETTINGS, max_examples=6))
+@given(seeds=st.lists(st.integers(0, 2 ** 31 - 1), min_size=2, max_size=4, unique=True))
+def test_several_instances_share_parameters_in_one_scope(seeds):
+    eager_values, eager_grads, _, _ = run_eager(seeds)
+    single = {}
+    for policy in POLICIES:
+        nodes, grads, scope = run_batched(seeds, policy)
+        where = f"seeds={seeds} policy={policy}"
+        for inst, (ns, want) in enumerate(zip(nodes, eager_values)):
+            assert_nodes_match(ns, want, f"{where} instance {inst}")
+        assert_grads_match(grads, eager_grads, where)
+        st_ = scope.stats
+        assert st_.batches < st_.nodes, (where, st_)
+        assert st_.lower_bound <= st_.batches, (where, st_)
+        # instances batch with each other: fewer batches than running them one scope each
+        single[policy] = sum(run_batched([s], policy)[2].stats.batches for s in seeds)
+        assert st_.batches < single[policy], (where, st_.batches, single[policy])
+
+
+class MidReads:
+    """A hook that, at a few random steps, reads random nodes (a flush inside the scope),
+    sometimes backpropagates a partial scalar there, and logs what it saw."""
+
+    def __init__(self, seed, log):
+        self.rng = np.random.default_rng(seed ^ 0x5EED)
+        self.log = log
+        self.steps = 0
+
+    def __call__(self, nodes):
+        self.steps += 1
+        if self.rng.random() > 0.15:
+            return
+        for k in self.rng.choice(len(nodes), size=2):
+            self.log.append(("read", int(k), nodes[int(k)].asnumpy()))
+        if self.rng.random() < 0.3:
+            k = int(self.rng.integers(len(nodes)))
+            part = hb.sum(nodes[k]) if nodes[k].shape != () else nodes[k] * 1.0
+            part.backward()                  # mid-scope backward: grads accumulate
+            self.log.append(("backward", k, part.asnumpy()))
+
+
+@settings(**dict(SETTINGS, max_examples=6))
+@given(seed=st.integers(0, 2 ** 31 - 1))
+def test_reading_mid_scope_then_recording_more(seed):
+    eager_log = []
+    eager_values, eager_grads, _, _ = run_eager([seed], hook_factory=lambda s: MidReads(s, eager_log))
+    for policy in POLICIES:
+        log = []
+        nodes, grads, scope = run_batched([seed], policy, hook_factory=lambda s: MidReads(s, log))
+        where = f"seed={seed} policy={policy}"
+        assert [e[:2] for e in log] == [e[:2] for e in eager_log], where
+        for (kind, k, got), (_, _, want) in zip(log, eager_log):
+            np.testing.assert_allclose(got, want, rtol=VAL_RTOL, atol=VAL_ATOL, err_msg=f"{where}: mid {kind} {k}")
+        assert_nodes_match(nodes[0], eager_values[0], where)
+        assert_grads_match(grads, eager_grads, where)
+        reads = sum(1 for e in log if e[0] == "read")
+        assert scope.stats.flushes >= 2 if reads else scope.stats.flushes >= 1, (where, scope.stats)
+
+
+def test_mid_scope_reads_split_the_graph_into_flushes():
+    """A deterministic instance of the above with many reads: many flushes, same values."""
+    seed = 11
+    eager_log = []
+    eager_values, eager_grads, _, _ = run_eager([seed], hook_factory=lambda s: MidReads(s, eager_log))
+    log = []
+    nodes, grads, scope = run_batched([seed], "agenda", hook_factory=lambda s: MidReads(s, log))
+    assert len([e for e in log if e[0] == "backward"]) >= 1
+    assert scope.stats.flushes >= 5, scope.stats
+    for (kind, k, got), (_, _, want) in zip(log, eager_log):
+        np.testing.assert_allclose(got, want, rtol=VAL_RTOL, atol=VAL_ATOL, err_msg=f"mid {kind} {k}")
+    assert_nodes_match(nodes[0], eager_values[0], "incremental")
+    assert_grads_match(grads, eager_grads, "incremental")
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_backward_after_scope_exit_matches(policy):
+    """backward() on the scalar after the scope closed (the flush happened at exit)."""
+    eager_values, eager_grads, _, _ = run_eager([3])
+    zero_grads(PARAMS)
+    with hb.batching(policy=policy):
+        nodes, loss = build(np.random.default_rng(3), PARAMS)
+    loss.backward()
+    assert_nodes_match(nodes, eager_values[0], policy)
+    assert_grads_match(grads_of(PARAMS), eager_grads, policy)
