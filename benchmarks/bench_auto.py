@@ -1,12 +1,16 @@
-"""granularity="auto" against both fixed choices on a model that wants each in one place.
+"""granularity="auto" against both fixed choices, on a model whose parts want different ones.
 
-The model reads a sentence twice: an LSTM over its words (one signature per call, big
-batches: best kept whole) and a child-sum Tree-LSTM over a random n-ary tree of it (arity
-1-5: as whole blocks its calls split into one small batch per (arity, level); inlined, the
-per-child ops batch across arities). Reports seconds per minibatch (record + schedule +
-execute + backward), median of --repeats after warm-up runs (auto decides after its first).
+Each instance is a sentence read twice:
+- a small LSTM (hidden 32) over its words: one signature per call and big batches, where
+  recording ~15 ops per call costs more than the math, so one node per call (block) wins;
+- a wide combiner (1024) over a random n-ary tree of its words: each internal node sums 1-5
+  children and applies one wide layer. As whole blocks its calls split by arity into small
+  batches of an expensive GEMM; inlined, the GEMMs of all arities at a level batch together.
+`auto` records the first minibatch whole, then inlines the combiner only (see
+hybridbatch/granularity.py). Reports seconds per minibatch (record + schedule + execute +
+backward), median of --repeats after two warm-up runs.
 
-    python benchmarks/bench_auto.py [--batch 32] [--hidden 64] [--json out.json]
+    python benchmarks/bench_auto.py [--batch 32] [--json out.json]
 """
 import argparse
 import json
@@ -33,27 +37,38 @@ def random_tree(rng, words):
     return nodes[0]
 
 
-class Reader(hb.Block):
-    def __init__(self, vocab, hidden):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab, hidden, seed=0)
-        self.lstm = nn.LSTMCell(hidden, hidden, seed=1)
-        self.tree = nn.ChildSumTreeLSTMCell(hidden, hidden, seed=2)
-        self.output = nn.Dense(3, 2 * hidden, seed=3)
-        self.hidden = hidden
+class Combine(hb.HybridBlock):
+    """Any number of children summed through one wide layer (traced once per arity)."""
 
-    def encode(self, t):
-        if t[0] == "leaf":
-            return self.tree(self.embedding(t[1]))
-        states = [s for child in t[1] for s in self.encode(child)]
-        return self.tree(np.zeros(self.hidden, np.float32), *states)
+    def __init__(self, n):
+        super().__init__()
+        self.W = hb.Parameter("W", (n, n), rng=np.random.default_rng(5))
+        self.b = hb.Parameter("b", (n,), init="zeros")
+
+    def forward(self, *children):
+        return hb.tanh(hb.affine(self.W, hb.add_n(list(children)), self.b))
+
+
+class Reader(hb.Block):
+    def __init__(self, vocab, small, wide):
+        super().__init__()
+        self.small_embedding = nn.Embedding(vocab, small, seed=0)
+        self.wide_embedding = nn.Embedding(vocab, wide, seed=1)
+        self.lstm = nn.LSTMCell(small, small, seed=2)
+        self.combine = Combine(wide)
+        self.output = nn.Dense(3, small + wide, seed=3)
+        self.small = small
+
+    def encode(self, tree):
+        if tree[0] == "leaf":
+            return self.wide_embedding(tree[1])
+        return self.combine(*[self.encode(child) for child in tree[1]])
 
     def loss(self, words, tree, label):
-        h = c = np.zeros(self.hidden, np.float32)
+        h = c = np.zeros(self.small, np.float32)
         for w in words:
-            h, c = self.lstm(self.embedding(w), h, c)
-        root, _ = self.encode(tree)
-        return hb.pick_neg_log_softmax(self.output(hb.concat([h, root])), label)
+            h, c = self.lstm(self.small_embedding(w), h, c)
+        return hb.pick_neg_log_softmax(self.output(hb.concat([h, self.encode(tree)])), label)
 
 
 def run(model, data, granularity):
@@ -67,7 +82,8 @@ def run(model, data, granularity):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--small", type=int, default=32)
+    ap.add_argument("--wide", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -76,17 +92,20 @@ def main():
     for _ in range(args.batch):
         words = [int(w) for w in rng.integers(0, 500, int(rng.integers(5, 25)))]
         data.append((words, random_tree(rng, words), int(rng.integers(0, 3))))
-    model = Reader(500, args.hidden)
+    model = Reader(500, args.small, args.wide)
     model.hybridize()
-    result = {"batch": args.batch, "hidden": args.hidden}
+    result = {"batch": args.batch, "small": args.small, "wide": args.wide}
     for granularity in ("block", "op", "auto"):
         for _ in range(2):
-            run(model, data, granularity)               # traces, numba cache, auto's decision
+            run(model, data, granularity)       # traces, caches, and auto's decision
         runs = [run(model, data, granularity) for _ in range(args.repeats)]
-        stats = runs[0][1]
-        result[granularity] = {"seconds": statistics.median(r[0] for r in runs), "nodes": stats.nodes,
-                               "batches": stats.batches, "lower_bound": stats.lower_bound}
-    result["auto_inlined"] = [name for name, b in model.children().items() if getattr(b, "auto_inline", False)]
+        s = runs[0][1]
+        result[granularity] = {"seconds": statistics.median(r[0] for r in runs), "nodes": s.nodes,
+                               "batches": s.batches, "lower_bound": s.lower_bound,
+                               "record_seconds": s.record_seconds, "execute_seconds": s.execute_seconds}
+    result["auto_inlined"] = sorted(name for name, b in model.children().items() if getattr(b, "auto_inline", False))
+    best_fixed = min(result["block"]["seconds"], result["op"]["seconds"])
+    result["auto_speedup_over_best_fixed"] = best_fixed / result["auto"]["seconds"]
     print(json.dumps(result, indent=2))
     if args.json:
         with open(args.json, "w") as f:
