@@ -344,7 +344,8 @@ _SST_LEAF_POLAR = np.array([0.007, 0.048, 0.0, 0.070, 0.017])
 _SST_NEUTRAL_TOP = 100
 # Phrase labels: 2 + clip(round(scale * (sum of word polarities below) + bias * span_fraction)),
 # where bias ~ N(0, sentence_sd) is one draw per sentence (its overall sentiment).
-_SST_PHRASE = {"scale": 0.8, "sentence_sd": 1.6, "noise_sd": 0.35}
+_SST_PHRASE = {"scale": 0.5, "sentence_sd": 1.5, "noise_sd": 0.3, "cuts": (0.5, 2.0),
+               "span_power": 1.0}
 
 
 @functools.lru_cache(maxsize=8)
@@ -385,29 +386,33 @@ def synthetic_sst(n: int, seed: int = 0, vocab_size: int = 16000) -> list[Tree]:
         raise ValueError("n must be >= 0")
     if vocab_size < 1:
         raise ValueError("vocab_size must be >= 1")
-    words, polarity, mean_pol = _sst_lexicon(vocab_size)
+    words, polarity_arr, mean_pol = _sst_lexicon(vocab_size)
+    polarity = polarity_arr.tolist()
     rng = np.random.default_rng(seed)
     a, b = SST_LENGTH["alpha"], SST_LENGTH["beta"]
     lo, hi = SST_LENGTH["min"], SST_LENGTH["max"]
     pl, pr = SST_SHAPE["p_left1"], SST_SHAPE["p_right1"]
     scale, sent_sd, noise_sd = (_SST_PHRASE["scale"], _SST_PHRASE["sentence_sd"],
                                 _SST_PHRASE["noise_sd"])
+    c1, c2 = _SST_PHRASE["cuts"]
+    power = _SST_PHRASE["span_power"]
     trees = []
     for _ in range(n):
         length = lo + int(rng.binomial(hi - lo, rng.beta(a, b)))
-        ranks = _zipf_ranks(rng, vocab_size, _SST_ZIPF, length)
-        bias = rng.normal(0.0, sent_sd)
+        ranks = _zipf_ranks(rng, vocab_size, _SST_ZIPF, length).tolist()
+        bias = float(rng.normal(0.0, sent_sd))
         # split decisions and label noise for the n-1 internal nodes, drawn in one go
-        u = rng.random(length - 1)
-        v = rng.random(length - 1)
-        noise = rng.normal(0.0, noise_sd, length - 1)
+        # (Python floats: numpy scalars would make the loop below several times slower)
+        u = rng.random(length - 1).tolist()
+        v = rng.random(length - 1).tolist()
+        noise = rng.normal(0.0, noise_sd, length - 1).tolist()
         counter = iter(range(length - 1))
 
         def build(start: int, end: int) -> tuple[Tree, float]:
             m = end - start
             if m == 1:
-                r = int(ranks[start])
-                pol = int(polarity[r])
+                r = ranks[start]
+                pol = polarity[r]
                 leaf = Tree.__new__(Tree)
                 leaf.label, leaf.word, leaf.children = 2 + pol, words[r], ()
                 return leaf, float(pol)
@@ -421,9 +426,9 @@ def synthetic_sst(n: int, seed: int = 0, vocab_size: int = 16000) -> list[Tree]:
             left, sl = build(start, start + k)
             right, sr = build(start + k, end)
             s = sl + sr
-            score = scale * (s - mean_pol * m) + bias * (m / length) + noise[i]
+            score = scale * (s - mean_pol * m) + bias * (m / length) ** power + noise[i]
             node = Tree.__new__(Tree)
-            node.label = 2 + int(min(2, max(-2, round(score))))
+            node.label = (2 + (score > c1) + (score > c2) - (score < -c1) - (score < -c2))
             node.word, node.children = None, (left, right)
             return node, s
 

@@ -57,7 +57,9 @@ def matmul_backward(xp, a, b, sa, sb, shape_a, shape_b, gy, needs):
     g3 = gy.reshape(B, m, k)
     ga = gb = None
     if needs[0]:
-        if sa:   # sum_b g_b @ b_b^T
+        if sa and k == 1:   # vectors: dW = G^T X, one GEMM on transposed views, no copies
+            ga = g3.reshape(B, m).T @ b3.reshape(B, -1)
+        elif sa:            # sum_b g_b @ b_b^T
             ga = g3.transpose(1, 0, 2).reshape(m, -1) @ b3.transpose(0, 2, 1).reshape(-1, b3.shape[1])
         else:
             ga = _product(xp, g3, b3.T if sb else b3.transpose(0, 2, 1), False, sb)
