@@ -147,13 +147,12 @@ class Program:
             if kind == "param":
                 accumulate_param(key, g)
             elif key not in const:
-                g = g.reshape(vals[key].shape)
-                grads[key] = g if grads[key] is None else grads[key] + g
+                grads.add(key, g.reshape(vals[key].shape))
 
     def backward(self, xp, vals, gys, needs, ints=None):
-        grads = [None] * self.n_slots
+        grads = _Grads(self.n_slots)
         for o, g in zip(self.outputs, gys):
-            grads[o] = g if grads[o] is None else grads[o] + g
+            grads.add(o, g)
         const = {slot for slot, _ in self.consts}
         for unit in reversed(self.units(xp)):
             if isinstance(unit, FusedRun):
@@ -164,6 +163,9 @@ class Program:
             if gy is None:
                 continue
             op = sig.op
+            if op.add_grad is not None and refs[0] not in const:   # a slice: add into its region
+                op.add_grad(sig, grads.buffer(xp, refs[0], vals[refs[0]]), gy)
+                continue
             wants = [(r is not None and r not in const) or (r is None and by_id(pid).grad_req != "null")
                      for r, pid in zip(refs, sig.params)]
             if not any(wants):
@@ -177,7 +179,7 @@ class Program:
                 if r is None:
                     accumulate_param(pid, g)
                 else:
-                    grads[r] = g if grads[r] is None else grads[r] + g
+                    grads.add(r, g)
         return tuple(grads[i] if need else None for i, need in enumerate(needs))
 
     # -- op granularity and eager: replay the steps as separate nodes ------------------
@@ -195,6 +197,39 @@ class Program:
 
     def structure(self, outs):
         return outs[0] if self.single else tuple(outs)
+
+
+class _Grads:
+    """Gradients of a program's slots. Arrays it allocated are updated in place; borrowed ones
+    (the caller's output gradients, or an op returning its gy unchanged) are never written."""
+
+    def __init__(self, n):
+        self.grads = [None] * n
+        self.owned = set()
+
+    def __getitem__(self, slot):
+        return self.grads[slot]
+
+    def add(self, slot, g):
+        current = self.grads[slot]
+        if current is None:
+            self.grads[slot] = g
+        elif slot in self.owned:
+            current += g
+        else:
+            self.grads[slot] = current + g
+            self.owned.add(slot)
+
+    def buffer(self, xp, slot, like):
+        """An owned gradient array for `slot`, to add into in place."""
+        current = self.grads[slot]
+        if current is None:
+            current = xp.zeros(like.shape, like.dtype)
+        elif slot not in self.owned:
+            current = current.copy()
+        self.grads[slot] = current
+        self.owned.add(slot)
+        return current
 
 
 class Composite(Op):

@@ -22,6 +22,7 @@ class Op:
     n_out = 1            # outputs per node; >1 returns a tuple (see ops/shape.Output)
     saves = False        # True: forward returns (y, saved) and backward receives saved=
     needs_batched = True  # False: may run with shared operands only (its aux sizes the batch)
+    add_grad = None      # optional (sig, g_input, gy): add gy into g_input in place (sparse grads)
     id = -1
 
     def infer(self, attrs, shapes, dtypes):

@@ -121,6 +121,10 @@ class Slice(Op):
         g[_index(sig.attrs)] = gy
         return (g,)
 
+    def add_grad(self, sig, g_input, gy):
+        """Add into the sliced region only (callers holding a gradient buffer use this)."""
+        g_input[_index(sig.attrs)] += gy
+
 
 @register
 class Reshape(Op):
