@@ -1,0 +1,53 @@
+"""The interface every benchmark workload implements (W1, W2, W3, ... of WORKLOADS.md).
+
+A workload owns its data (real files from `data_dir`, else its synthetic generator), its
+vocabulary and its model, and exposes the model per instance: the harness decides whether
+those calls run eagerly or inside `hb.batching()`.
+"""
+
+
+class Workload:
+    """Subclasses set `name` and implement every method below."""
+
+    name = ""
+    description = ""
+
+    def __init__(self, hidden=256, data_dir=None, seed=0):
+        self.hidden = hidden
+        self.data_dir = data_dir
+        self.seed = seed
+
+    def train_instances(self):
+        """The training instances (list), in the order the harness consumes them."""
+        raise NotImplementedError
+
+    def dev_instances(self):
+        """Held-out instances for accuracy (list)."""
+        raise NotImplementedError
+
+    def loss(self, instance):
+        """The instance's scalar training loss (a Future inside a scope, a Tensor outside)."""
+        raise NotImplementedError
+
+    def predict(self, instance):
+        """Handles whose values are the instance's logits (one per predicted item)."""
+        raise NotImplementedError
+
+    def gold(self, instance):
+        """The instance's gold labels, in the order of predict()."""
+        raise NotImplementedError
+
+    def parameters(self):
+        """Every trainable Parameter (a list, no duplicates)."""
+        raise NotImplementedError
+
+    def hybridize(self):
+        """Hybridize the model's blocks (block and auto granularity need it)."""
+        raise NotImplementedError
+
+    def forward_flops(self, instance):
+        """Multiply-add FLOPs (2 per MAC) of the instance's matrix products in the forward pass.
+
+        Training is counted as 3x this (forward, and two products per matmul backward).
+        """
+        raise NotImplementedError
