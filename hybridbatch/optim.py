@@ -29,6 +29,22 @@ from . import backend
 __all__ = ["Trainer", "Optimizer", "SGD", "Adam", "Adagrad", "OPTIMIZERS"]
 
 
+class _Option:
+    """A numeric optimizer option, validated by _number on every assignment."""
+
+    def __init__(self, **limits):
+        self.limits = limits
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else obj.__dict__[self.name]
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.name] = _number(self.name, value, **self.limits)
+
+
 def _number(name, value, low=None, high=None, low_open=False, high_open=False):
     """`value` as a float, or a ValueError naming the option and its allowed range."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -65,21 +81,9 @@ class Optimizer:
             setattr(self, key, options.get(key, default))
 
     # validated attributes shared by every rule
-    @property
-    def learning_rate(self):
-        return self._learning_rate
+    learning_rate = _Option(low=0.0)
 
-    @learning_rate.setter
-    def learning_rate(self, value):
-        self._learning_rate = _number("learning_rate", value, low=0.0)
-
-    @property
-    def wd(self):
-        return self._wd
-
-    @wd.setter
-    def wd(self, value):
-        self._wd = _number("wd", value, low=0.0)
+    wd = _Option(low=0.0)
 
     def create_state(self, param):
         return None
@@ -109,13 +113,7 @@ class SGD(Optimizer):
     name = "sgd"
     defaults = {"learning_rate": 0.01, "momentum": 0.0, "wd": 0.0}
 
-    @property
-    def momentum(self):
-        return self._momentum
-
-    @momentum.setter
-    def momentum(self, value):
-        self._momentum = _number("momentum", value, low=0.0, high=1.0, high_open=True)
+    momentum = _Option(low=0.0, high=1.0, high_open=True)
 
     def create_state(self, param):
         # the momentum buffer is made on first use, so momentum may be turned on later
@@ -146,29 +144,11 @@ class Adam(Optimizer):
     name = "adam"
     defaults = {"learning_rate": 0.001, "beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8, "wd": 0.0}
 
-    @property
-    def beta1(self):
-        return self._beta1
+    beta1 = _Option(low=0.0, high=1.0, high_open=True)
 
-    @beta1.setter
-    def beta1(self, value):
-        self._beta1 = _number("beta1", value, low=0.0, high=1.0, high_open=True)
+    beta2 = _Option(low=0.0, high=1.0, high_open=True)
 
-    @property
-    def beta2(self):
-        return self._beta2
-
-    @beta2.setter
-    def beta2(self, value):
-        self._beta2 = _number("beta2", value, low=0.0, high=1.0, high_open=True)
-
-    @property
-    def epsilon(self):
-        return self._epsilon
-
-    @epsilon.setter
-    def epsilon(self, value):
-        self._epsilon = _number("epsilon", value, low=0.0, low_open=True)
+    epsilon = _Option(low=0.0, low_open=True)
 
     def create_state(self, param):
         xp = backend.xp()
@@ -198,13 +178,7 @@ class Adagrad(Optimizer):
     name = "adagrad"
     defaults = {"learning_rate": 0.01, "epsilon": 1e-7, "wd": 0.0}
 
-    @property
-    def epsilon(self):
-        return self._epsilon
-
-    @epsilon.setter
-    def epsilon(self, value):
-        self._epsilon = _number("epsilon", value, low=0.0, low_open=True)
+    epsilon = _Option(low=0.0, low_open=True)
 
     def create_state(self, param):
         return backend.xp().zeros(param.shape, param.dtype)

@@ -37,7 +37,7 @@ def _run(mode, build, params):
     return loss.asnumpy(), [o.asnumpy() for o in outs], [p.grad.copy() for p in params]
 
 
-def _agree(build, params):
+def _assert_modes_agree(build, params):
     ref = _run("eager", build, params)
     for mode in ("block", "op"):
         got = _run(mode, build, params)
@@ -76,7 +76,7 @@ def test_lstm_and_gru_cells_agree_across_granularities(seed, hidden):
             losses.append(hb.pick_neg_log_softmax(head(h + g), int(y)))
         return hb.add_n(losses), outs
 
-    _agree(build, _params(lstm, gru, head))
+    _assert_modes_agree(build, _params(lstm, gru, head))
 
 
 def _random_tree(rng, n_leaves):
@@ -120,7 +120,7 @@ def test_tree_cells_agree_across_granularities(seed):
             losses.append(hb.pick_neg_log_softmax(head(binary(t, outs)[0] + child(t, outs)[0]), 1))
         return hb.add_n(losses), outs
 
-    _agree(build, _params(emb, tree_cell, child_sum, head))
+    _assert_modes_agree(build, _params(emb, tree_cell, child_sum, head))
 
 
 @settings(max_examples=6, deadline=None)
@@ -135,7 +135,7 @@ def test_user_hybrid_block_with_two_outputs_agrees(seed):
         outs = [o for x in xs for o in block(block(x)[0])]
         return hb.add_n([hb.sum(o) for o in outs]), outs
 
-    _agree(build, _params(block))
+    _assert_modes_agree(build, _params(block))
 
 
 def test_block_granularity_records_one_node_per_call():
@@ -228,7 +228,7 @@ def test_integer_block_arguments_travel_per_call(seed):
             encode(t, losses, outs)
         return hb.add_n(losses), outs
 
-    _agree(build, _params(block))
+    _assert_modes_agree(build, _params(block))
 
 
 def test_integer_block_argument_is_range_checked_at_the_call():
@@ -264,7 +264,7 @@ def test_auto_granularity_inlines_only_blocks_that_batch_poorly():
     with hb.batching(granularity="auto"):
         build()
     assert child_sum.auto_inline and not lstm.auto_inline
-    _agree(build, _params(emb, lstm, child_sum))   # eager == block == op, and auto stays exact
+    _assert_modes_agree(build, _params(emb, lstm, child_sum))   # eager == block == op, and auto stays exact
     with hb.batching(granularity="auto") as scope:
         loss, _ = build()
     assert scope.stats.nodes > 3 * 6 + 3             # the child-sum calls now record their ops

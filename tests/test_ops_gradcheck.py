@@ -551,7 +551,7 @@ def batch_of(scope):
     return where
 
 
-def run_case(case, policy):
+def check_batched_equals_eager(case, policy):
     case.zero_grad()
     outs, losses = case.record()                        # eager, one instance at a time
     eager_out = [o.asnumpy() for o in outs]
@@ -587,7 +587,7 @@ def test_batched_matches_eager(spec_, policy):
     rng = np.random.default_rng(3000 + SPEC_IDS.index(spec_.id))
     for _ in range(2):
         for modes in modes_for(spec_):
-            run_case(Case(spec_, modes, rng), policy)
+            check_batched_equals_eager(Case(spec_, modes, rng), policy)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

@@ -50,6 +50,17 @@ def _consumers(executable, arg_ptr, args):
     return ptr, out
 
 
+@njit(cache=True, inline="always")
+def _push(v, s, head, tail, nxt, nready):
+    """Append node v to signature s's FIFO of ready nodes (a linked list in arrays)."""
+    if tail[s] < 0:
+        head[s] = v
+    else:
+        nxt[tail[s]] = v
+    tail[s] = v
+    nready[s] += 1
+
+
 @njit(cache=True)
 def _agenda(sig, executable, unbatchable, priority, cost, arg_ptr, args):
     n = sig.shape[0]
@@ -65,13 +76,7 @@ def _agenda(sig, executable, unbatchable, priority, cost, arg_ptr, args):
         if executable[v]:
             n_exec += 1
             if indeg[v] == 0:
-                s = sig[v]
-                if tail[s] < 0:
-                    head[s] = v
-                else:
-                    nxt[tail[s]] = v
-                tail[s] = v
-                nready[s] += 1
+                _push(v, sig[v], head, tail, nxt, nready)
     order = np.empty(n_exec, np.int64)
     bptr = np.empty(n_exec + 1, np.int64)
     bptr[0] = 0
@@ -108,13 +113,7 @@ def _agenda(sig, executable, unbatchable, priority, cost, arg_ptr, args):
                 w = cons[e]
                 indeg[w] -= 1
                 if indeg[w] == 0:
-                    s = sig[w]
-                    if tail[s] < 0:
-                        head[s] = w
-                    else:
-                        nxt[tail[s]] = w
-                    tail[s] = w
-                    nready[s] += 1
+                    _push(w, sig[w], head, tail, nxt, nready)
     return order, bptr[:nb + 1]
 
 
