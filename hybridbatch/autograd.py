@@ -4,12 +4,15 @@ Gradients of values live in gradient arenas shaped like the value arenas, so eac
 output gradient is a slice and each operand's gradient is one scatter-add. Shared
 parameters get one reduced gradient per batch (dW = dZ^T X), not one per node.
 """
+import threading
+from contextlib import contextmanager
+
 import numpy as np
 from numba import njit
 
 from .execute import operands, batch_aux, scatter_add
 from .kernels import scatter_add_rows
-from .ops import RowGrad
+from .ops import OuterGrad, RowGrad
 from .parameter import by_id
 from . import signature
 
@@ -23,18 +26,50 @@ def _mark_ancestors(mark, start, arg_ptr, args):
                 mark[args[e]] = True
 
 
+_pending = threading.local()
+
+
 def accumulate_param(pid, g):
+    """Add a gradient into Parameter pid's .grad (dense, RowGrad rows, or an OuterGrad)."""
     p = by_id(pid)
     if p.grad_req == "null":
         return
     if isinstance(g, RowGrad):
         scatter_add_rows(p.grad, g.rows, g.values)
+    elif isinstance(g, OuterGrad):
+        sink = getattr(_pending, "outer", None)
+        if sink is None:
+            p.grad += g.left.T @ g.right
+        else:
+            sink.setdefault(pid, []).append(g)
     else:
         p.grad += g
 
 
+@contextmanager
+def one_gemm_per_weight(xp):
+    """Within: OuterGrads wait; at the end each weight gets ONE G^T X over all its batches.
+
+    Fewer, larger GEMMs, and one pass over the weight's gradient instead of one per batch.
+    """
+    _pending.outer = {}
+    try:
+        yield
+        for pid, parts in _pending.outer.items():
+            left = parts[0].left if len(parts) == 1 else xp.concatenate([g.left for g in parts])
+            right = parts[0].right if len(parts) == 1 else xp.concatenate([g.right for g in parts])
+            by_id(pid).grad += left.T @ right
+    finally:
+        _pending.outer = None
+
+
 def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
     """Backpropagate d(value of seed_node) = 1 into every Parameter.grad it depends on."""
+    with one_gemm_per_weight(xp):
+        _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp)
+
+
+def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
     mark = np.zeros(n_nodes, np.bool_)
     mark[seed_node] = True
     grads = [None] * len(arenas)

@@ -6,7 +6,7 @@ operand is a (1, n) row and a 1-D right operand an (n, 1) column, so every case 
 turn each combination into plain 2-D GEMMs where they can.
 """
 from ..errors import ShapeError
-from .registry import Op, register, expand, unbroadcast, broadcast_shape, check, as_batched, batch_size
+from .registry import Op, OuterGrad, register, expand, unbroadcast, broadcast_shape, check, as_batched, batch_size
 
 
 def _promote(x, shared, shape, left):
@@ -57,20 +57,24 @@ def matmul_backward(xp, a, b, sa, sb, shape_a, shape_b, gy, needs):
     g3 = gy.reshape(B, m, k)
     ga = gb = None
     if needs[0]:
-        if sa and k == 1:   # vectors: dW = G^T X, one GEMM on transposed views, no copies
-            ga = g3.reshape(B, m).T @ b3.reshape(B, -1)
-        elif sa:            # sum_b g_b @ b_b^T
+        if sa and k == 1 and len(shape_a) == 2:   # vectors: dW = G^T X, one GEMM per weight later
+            return OuterGrad(g3.reshape(B, m), b3.reshape(B, -1)), _matmul_grad_b(xp, a3, g3, sa, shape_b, B, needs)
+        if sa:            # sum_b g_b @ b_b^T
             ga = g3.transpose(1, 0, 2).reshape(m, -1) @ b3.transpose(0, 2, 1).reshape(-1, b3.shape[1])
         else:
             ga = _product(xp, g3, b3.T if sb else b3.transpose(0, 2, 1), False, sb)
         ga = ga.reshape(shape_a if sa else (B,) + shape_a)
-    if needs[1]:
-        if sb:   # sum_b a_b^T @ g_b
-            gb = a3.reshape(-1, a3.shape[-1]).T @ g3.reshape(-1, k)
-        else:
-            gb = _product(xp, a3.T if sa else a3.transpose(0, 2, 1), g3, sa, False)
-        gb = gb.reshape(shape_b if sb else (B,) + shape_b)
-    return ga, gb
+    return ga, _matmul_grad_b(xp, a3, g3, sa, shape_b, B, needs, sb)
+
+
+def _matmul_grad_b(xp, a3, g3, sa, shape_b, B, needs, sb=False):
+    if not needs[1]:
+        return None
+    if sb:   # sum_b a_b^T @ g_b
+        gb = a3.reshape(-1, a3.shape[-1]).T @ g3.reshape(-1, g3.shape[-1])
+    else:
+        gb = _product(xp, a3.T if sa else a3.transpose(0, 2, 1), g3, sa, False)
+    return gb.reshape(shape_b if sb else (B,) + shape_b)
 
 
 @register

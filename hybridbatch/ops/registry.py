@@ -58,6 +58,17 @@ class RowGrad:
         self.values = values
 
 
+class OuterGrad:
+    """A shared weight's gradient left^T @ right (dW = G^T X over the batch), left unevaluated
+    so that reverse mode can do ONE GEMM per parameter over every batch that used it."""
+
+    __slots__ = ("left", "right")
+
+    def __init__(self, left, right):
+        self.left = left
+        self.right = right
+
+
 def register(op_cls):
     """Class decorator: instantiate the op and give it its registry id."""
     op = op_cls()
