@@ -7,9 +7,13 @@ from ..errors import HybridBatchError
 _NOTHING = object()
 
 
+class described(str):
+    """A `found` value that is a description ("9 columns"), shown without quotes."""
+
+
 def _show(found: object) -> str:
-    if found is None:
-        return "end of input"
+    if isinstance(found, described):
+        return str(found)
     if isinstance(found, str):
         if found == "":
             return "end of line"
@@ -23,9 +27,10 @@ class DataFormatError(HybridBatchError, ValueError):
     """A data file (or string) does not follow its format.
 
     `str(err)` reads ``FILE:LINE:COLUMN: expected ..., found ...`` (LINE and COLUMN are
-    1-based; COLUMN counts characters, and is left out where it means nothing, e.g. a JSON
-    program node). The parts are kept as attributes: `filename`, `lineno`, `column`,
-    `expected`, `found` (None = end of input or not applicable), and `line` (the offending text, if known).
+    1-based; COLUMN counts characters; LINE and COLUMN are left out where they mean nothing,
+    e.g. a JSON program node, whose path is in the message instead). The parts are kept as
+    attributes: `filename`, `lineno`, `column`, `expected`, `found` (``""`` = the end of the
+    line, None = not applicable) and `line` (the offending line, if known).
     """
 
     def __init__(self, expected: str, *, found: object = _NOTHING, filename: str | None = None,

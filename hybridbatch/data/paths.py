@@ -1,0 +1,24 @@
+"""Where the real data sets live (they are never part of the repository)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["shared_data_dir", "ENV_VAR"]
+
+ENV_VAR = "HYBRIDBATCH_DATA"
+
+
+def shared_data_dir() -> Path | None:
+    """The folder holding `sst/`, `ud_english_ewt/`, `clevr_programs/`, or None.
+
+    `$HYBRIDBATCH_DATA` when set (None if it is not a folder); otherwise `../shared/data`
+    next to the repository root (the checkout this package was imported from), if present.
+    """
+    env = os.environ.get(ENV_VAR)
+    if env:
+        p = Path(env).expanduser()
+        return p.resolve() if p.is_dir() else None
+    repo_root = Path(__file__).resolve().parents[2]
+    p = repo_root.parent / "shared" / "data"
+    return p if p.is_dir() else None
