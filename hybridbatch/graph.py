@@ -33,6 +33,8 @@ class Growable:
 class Graph:
     """Per node: signature id, output type id, depth, operand ids (CSR) and one integer aux.
 
+    type[i] is always SIGS[sig[i]].out_type (kept for recording's operand lookups).
+
     A node that carries several integers stores them in aux_flat; its aux is their offset.
     """
 
@@ -62,12 +64,22 @@ class Graph:
         return len(self.sig) - 1
 
     def delta(self, start):
-        """numpy arrays for nodes [start, n): sig, type, depth, aux, arg_ptr (0-based), args."""
+        """numpy arrays for nodes [start, n): sig, depth, aux, arg_ptr (0-based), args.
+
+        No type array: a node's type is its signature's out_type, so a flush derives it per
+        signature. np.fromiter with a known count is the fastest list -> array conversion.
+        """
         a0 = self.arg_end[start - 1] if start else 0
         arg_ptr = np.empty(len(self.sig) - start + 1, np.int64)
         arg_ptr[0] = 0
-        arg_ptr[1:] = self.arg_end[start:]
+        arg_ptr[1:] = _ints(self.arg_end, start)
         arg_ptr[1:] -= a0
-        return (np.array(self.sig[start:], np.int64), np.array(self.type[start:], np.int64),
-                np.array(self.depth[start:], np.int64), np.array(self.aux[start:], np.int64),
-                arg_ptr, np.array(self.args[a0:], np.int64))
+        return (_ints(self.sig, start), _ints(self.depth, start), _ints(self.aux, start),
+                arg_ptr, _ints(self.args, a0))
+
+
+def _ints(values, start):
+    """values[start:] (a list of ints) as an int64 array."""
+    if start:
+        values = values[start:]
+    return np.fromiter(values, np.int64, len(values))

@@ -18,11 +18,11 @@ SLICE, TAKE, MIXED = 0, 1, 2
 
 
 @njit(cache=True)
-def _assign_rows(order, bptr, type_local, is_input, n_out, n_types):
+def _assign_rows(order, bptr, type_local, is_input, n_out, sig_local, n_types):
     """Arena row per node: inputs first (by id), then executed nodes in schedule order.
 
     A node with several outputs owns the nodes right after it (its extra outputs); each
-    output of a batch gets its own contiguous run of rows.
+    output of a batch gets its own contiguous run of rows. n_out is per compact signature.
     """
     n = type_local.shape[0]
     counts = np.zeros(n_types, np.int64)
@@ -33,7 +33,7 @@ def _assign_rows(order, bptr, type_local, is_input, n_out, n_types):
             rows[v] = counts[t]
             counts[t] += 1
     for b in range(bptr.shape[0] - 1):
-        for j in range(n_out[order[bptr[b]]]):
+        for j in range(n_out[sig_local[order[bptr[b]]]]):
             for k in range(bptr[b], bptr[b + 1]):
                 v = order[k] + j
                 t = type_local[v]
@@ -89,52 +89,95 @@ def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const):
     return g_ptr, kind, arena, start, off, const, rows, row_arena
 
 
+def _compact(ids, n_ids):
+    """(sorted distinct ids, each id's index among them): np.unique's result for small
+    interned ids, by a presence table instead of a sort."""
+    present = np.zeros(n_ids, np.bool_)
+    present[ids] = True
+    distinct = np.flatnonzero(present)
+    index = np.empty(n_ids, np.int64)
+    index[distinct] = np.arange(len(distinct))
+    return distinct, index[ids]
+
+
+def _stack(xp, values, shape):
+    """values (arrays of one shape) as one (k,)+shape array: concatenate, several times
+    faster than stack for many small arrays (stack adds an axis to each value first)."""
+    if not shape:
+        return xp.stack(values)
+    return xp.concatenate(values).reshape((len(values),) + shape)
+
+
+def _write_constants(constants, start, arenas, base, type_local, rows):
+    """Copy the flush's input values into their arena rows: one assignment per type."""
+    if not constants:
+        return
+    xp = backend.xp()
+    nodes = np.fromiter(constants, np.int64, len(constants)) - start
+    values = list(constants.values())
+    of_type = type_local[nodes]
+    for t in np.flatnonzero(np.bincount(of_type)):
+        pick = np.flatnonzero(of_type == t)
+        arena = arenas[base + t]
+        vals = values if len(pick) == len(values) else [values[i] for i in pick.tolist()]
+        arena[rows[nodes[pick]]] = _stack(xp, vals, arena.shape[1:])
+
+
 class Plan:
-    """One flush: nodes [start, stop), their batches, arenas and gather specs."""
+    """One flush: nodes [start, stop), their batches, arenas and gather specs.
+
+    Per-node facts come from per-signature tables indexed by the node's compact signature:
+    Python work is per distinct signature, never per node.
+    """
 
     def __init__(self, graph, start, policy, arenas, loc_arena, loc_row, is_const):
         self.start, self.stop = start, len(graph)
-        sig, typ, depth, self.aux, arg_ptr, args = graph.delta(start)
-        self.aux_flat = np.array(graph.aux_flat, np.int64)
-        usig, sig_local = np.unique(sig, return_inverse=True)
-        ops = [signature.SIGS[s].op for s in usig]
+        sig, depth, self.aux, arg_ptr, args = graph.delta(start)
+        self.aux_flat = np.fromiter(graph.aux_flat, np.int64, len(graph.aux_flat))
+        usig, sig_local = _compact(sig, len(signature.SIGS))
+        sigs = [signature.SIGS[s] for s in usig.tolist()]
+        ops = [s.op for s in sigs]
         executable = np.array([op.executed for op in ops], np.bool_)[sig_local]
         is_input = np.array([op is Input for op in ops], np.bool_)[sig_local]
-        n_out = np.array([op.n_out for op in ops], np.int64)[sig_local]
+        n_out = np.array([op.n_out for op in ops], np.int64)
         # an extra output (node v + j of a multi-output node v) stands for v when scheduling
-        out_index = np.array([s.attrs[0] if s.op is Output else 0 for s in map(signature.SIGS.__getitem__, usig)],
-                             np.int64)[sig_local]
-        args_local = args - start
-        args_local[args_local < 0] = -1
-        inside = args_local >= 0
-        args_local[inside] -= out_index[args_local[inside]]
-        self.view = GraphView(sig_local.astype(np.int64), depth, arg_ptr, args_local, executable,
+        out_index = np.array([s.attrs[0] if s.op is Output else 0 for s in sigs], np.int64)
+        args_local = np.maximum(args - start, -1)
+        if out_index.any():
+            inside = args_local >= 0
+            args_local[inside] -= out_index[sig_local[args_local[inside]]]
+        self.view = GraphView(sig_local, depth, arg_ptr, args_local, executable,
                               np.array([not op.batchable for op in ops], np.bool_),
                               np.array([op.cost for op in ops], np.int64))
         order, bptr, self.cache_hit = CACHE.schedule(policy, self.view, sig)
         self.order, self.bptr = order, bptr
         self.args, self.arg_ptr = args, arg_ptr
 
-        # arenas: one per type of this flush, rows in execution order
-        utype, type_local = np.unique(typ, return_inverse=True)
-        rows, counts = _assign_rows(order, bptr, type_local, is_input, n_out, len(utype))
+        # arenas: one per type of this flush, rows in execution order. A node's type is its
+        # signature's output type, so types too are compacted per signature.
+        utype, sig_type = np.unique(np.array([s.out_type for s in sigs], np.int64), return_inverse=True)
+        type_local = sig_type.reshape(-1)[sig_local]
+        rows, counts = _assign_rows(order, bptr, type_local, is_input, n_out, sig_local, len(utype))
         base = len(arenas)
         xp = backend.xp()
-        for t, count in zip(utype, counts):
+        for t, count in zip(utype.tolist(), counts.tolist()):
             shape, dtype = signature.TYPES[t]
-            arenas.append(xp.empty((int(count),) + shape, dtype))
-        loc_arena.extend(base + type_local)
+            arenas.append(xp.empty((count,) + shape, dtype))
+        loc = base + type_local
+        loc_arena.extend(loc)
         loc_row.extend(rows)
         is_const.extend(is_input)
-        for nid, value in graph.constants.items():
-            arenas[base + type_local[nid - start]][rows[nid - start]] = value
+        _write_constants(graph.constants, start, arenas, base, type_local, rows)
         graph.constants.clear()
 
         first = order[bptr[:-1]]
         self.batch_sig = sig[first].tolist()
-        arena_of, row_of = (base + type_local).tolist(), rows.tolist()
-        self.outs = [[(arena_of[v + j], row_of[v + j]) for j in range(k)]
-                     for v, k in zip(first.tolist(), n_out[first].tolist())]
+        # (arena, row) of output j of each batch's first node v: node v + j
+        k = n_out[sig_local[first]]
+        ends = np.cumsum(k)
+        out_nodes = np.repeat(first - (ends - k), k) + np.arange(int(k.sum()))
+        pairs = list(zip(loc[out_nodes].tolist(), rows[out_nodes].tolist()))
+        self.outs = [pairs[e - n:e] for e, n in zip(ends.tolist(), k.tolist())]
         self.sizes = np.diff(bptr).tolist()
         self.saved = {}
         specs = _gather_specs(order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view)
