@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 from .execute import operands, batch_aux, scatter_add
-from .kernels import scatter_add_rows
+from .kernels import add_outer, scatter_add_rows
 from .ops import OuterGrad, RowGrad
 from .parameter import by_id
 from . import signature
@@ -39,7 +39,7 @@ def accumulate_param(pid, g):
     elif isinstance(g, OuterGrad):
         sink = getattr(_pending, "outer", None)
         if sink is None:
-            p.grad += g.left.T @ g.right
+            add_outer(p.grad, g.left, g.right)
         else:
             sink.setdefault(pid, []).append(g)
     else:
@@ -51,6 +51,7 @@ def one_gemm_per_weight(xp):
     """Within: OuterGrads wait; at the end each weight gets ONE G^T X over all its batches.
 
     Fewer, larger GEMMs, and one pass over the weight's gradient instead of one per batch.
+    Batched reverse mode only: eager mode adds each instance's outer product as it comes.
     """
     _pending.outer = {}
     try:

@@ -5,7 +5,7 @@ a tape (each Tensor holds its operands) for reverse mode, freed with the Tensors
 """
 import numpy as np
 
-from .autograd import accumulate_param, one_gemm_per_weight
+from .autograd import accumulate_param
 from .errors import ScopeError
 from .future import Future
 from .ops import RowGrad
@@ -105,11 +105,6 @@ def backward(root: Tensor):
     if root.shape != ():
         raise ValueError(f"backward() needs a scalar; this value has shape {root.shape}")
     xp = backend.xp()
-    with one_gemm_per_weight(xp):
-        _reverse(root, xp)
-
-
-def _reverse(root, xp):
     grads = {id(root): xp.ones_like(root.value)}
     for t in reversed(_topological(root)):
         gy = grads.pop(id(t), None)

@@ -1,4 +1,5 @@
-"""Row scatter-add: dst[rows[k]] += src[k], correct when rows repeat (np.add.at is slow)."""
+"""Row scatter-add (dst[rows[k]] += src[k], correct when rows repeat; np.add.at is slow) and
+the in-place rank-k update for few rows (a GEMM with inner dimension 1 is slow in BLAS)."""
 import numpy as np
 from numba import njit
 
@@ -23,3 +24,20 @@ def scatter_add_rows(dst, rows, src):
     if d2.dtype != s2.dtype:
         s2 = s2.astype(d2.dtype)
     _scatter_add_2d(d2, np.asarray(rows, np.int64), s2)
+
+
+@njit(cache=True)
+def _add_outer(dst, left, right):
+    for k in range(left.shape[0]):
+        for i in range(dst.shape[0]):
+            a = left[k, i]
+            for j in range(dst.shape[1]):
+                dst[i, j] += a * right[k, j]
+
+
+def add_outer(dst, left, right):
+    """dst += left^T @ right, in place, for a handful of rows (one instance's outer product)."""
+    if not isinstance(dst, np.ndarray) or left.shape[0] > 4:
+        dst += left.T @ right
+        return
+    _add_outer(dst, np.ascontiguousarray(left, dst.dtype), np.ascontiguousarray(right, dst.dtype))

@@ -1,0 +1,113 @@
+"""Command line of `python -m hybridbatch.bench` (see `main`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .harness import Config, run_benchmark
+from .registry import WORKLOADS, UnknownWorkload
+from .report import format_result, format_sweep
+from .sweep import SWEEPS, plot_sweep, run_sweep
+
+EPILOG = """\
+Measures training (forward + backward + SGD step per minibatch) and inference (forward,
+reading the logits) throughput of the batched run and of the eager run in one process, with
+the speedups, batches against the lower bound, the split of a training step and efficiency
+against the single-thread float32 GEMM rate. One thread per WORKLOADS.md: when
+OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS are not all set, the command re-executes itself with the
+missing ones set to 1. A progress bar goes to stderr, the table to stdout.
+
+examples:
+  python -m hybridbatch.bench W1
+  python -m hybridbatch.bench W1 --data ../shared/data/sst --json w1.json
+  python -m hybridbatch.bench W1 --sweep hidden --json w1_hidden.json   # + w1_hidden.png
+"""
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="python -m hybridbatch.bench", epilog=EPILOG,
+                                 description="Benchmark a reference workload, batched vs eager.",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workload", metavar="WORKLOAD", type=str.upper, choices=sorted(WORKLOADS),
+                    help="one of " + ", ".join(WORKLOADS))
+    ap.add_argument("--hidden", type=int, default=256, help="hidden size = embedding size (256)")
+    ap.add_argument("--batch", type=int, default=64, help="minibatch size (64)")
+    ap.add_argument("--policy", default="agenda", help="scheduling policy: agenda or depth (agenda)")
+    ap.add_argument("--granularity", choices=("block", "op", "auto"), default=None,
+                    help="recording granularity (default: the workload's, block for W1-W3)")
+    ap.add_argument("--data", metavar="DIR", default=None,
+                    help="folder of the real data (W1: the SST folder); default: synthetic data")
+    ap.add_argument("--json", metavar="FILE", help="write every figure (and machine info) here")
+    ap.add_argument("--instances", type=int, default=1280, help="measured instances per run (1280)")
+    ap.add_argument("--warmup", type=int, default=128, help="warm-up instances (128)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs; figures are medians (3)")
+    ap.add_argument("--eager-instances", type=int, default=128,
+                    help="instances of each eager run (128; eager is slow)")
+    ap.add_argument("--eager-warmup", type=int, default=16, help="eager warm-up instances (16)")
+    ap.add_argument("--no-eager", action="store_true", help="skip the eager runs (no speedups)")
+    ap.add_argument("--sweep", choices=sorted(SWEEPS),
+                    help="hidden: 32..512; batch: 1..256 (WORKLOADS.md variants); writes a PNG")
+    ap.add_argument("--plot", metavar="PNG", help="sweep plot path (default: next to --json, or "
+                                                  "sweep_<WORKLOAD>.png)")
+    ap.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (0.05)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gemm-repeats", type=int, default=7,
+                    help="timed GEMMs before and after the runs (7 each)")
+    ap.add_argument("--synthetic-train", type=int, default=None,
+                    help="synthetic training set size (workload default when not given)")
+    ap.add_argument("--synthetic-dev", type=int, default=None, help="synthetic dev set size")
+    ap.add_argument("--no-check", action="store_true", help="skip the batched-vs-eager loss check")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return ap
+
+
+def config_from_args(args):
+    options = {}
+    if args.synthetic_train is not None:
+        options["synthetic_train"] = args.synthetic_train
+    if args.synthetic_dev is not None:
+        options["synthetic_dev"] = args.synthetic_dev
+    return Config(workload=args.workload, hidden=args.hidden, batch=args.batch, policy=args.policy,
+                  granularity=args.granularity, data=args.data, instances=args.instances,
+                  warmup=args.warmup, repeats=args.repeats, eager=not args.no_eager,
+                  eager_instances=args.eager_instances, eager_warmup=args.eager_warmup, lr=args.lr,
+                  seed=args.seed, gemm_repeats=args.gemm_repeats, check=not args.no_check,
+                  workload_options=options)
+
+
+def _write_json(path, obj):
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=2, allow_nan=True)
+        f.write("\n")
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args)
+    progress = not args.no_progress
+    try:
+        if args.sweep:
+            sweep = run_sweep(cfg, args.sweep, progress=progress)
+            plot = args.plot or (os.path.splitext(args.json)[0] + ".png" if args.json
+                                 else f"sweep_{cfg.workload.upper()}.png")
+            plot_sweep(sweep, plot)
+            sweep["plot"] = plot
+            print(format_sweep(sweep))
+            print(f"plot: {plot}")
+            if args.json:
+                _write_json(args.json, sweep)
+                print(f"json: {args.json}")
+            return 0
+        res = run_benchmark(cfg, progress=progress)
+    except UnknownWorkload as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_result(res))
+    if args.json:
+        _write_json(args.json, res)
+        print(f"json: {args.json}")
+    return 0

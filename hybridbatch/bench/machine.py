@@ -1,0 +1,106 @@
+"""What the benchmark ran on: thread settings, versions, CPU, load; and the GEMM reference rate.
+
+`THREAD_VARS` must be set before numpy is first imported (WORKLOADS.md); `python -m
+hybridbatch.bench` re-executes itself with them when they are missing.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+GEMM_SHAPE = (1024, 512, 1280)      # (m, k, n): a (m x k) @ (k x n), float32
+
+
+def thread_settings():
+    return {v: os.environ.get(v) for v in THREAD_VARS}
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average():
+    try:
+        return list(os.getloadavg())
+    except (OSError, AttributeError):
+        return None
+
+
+def _git_revision():
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if rev.returncode != 0:
+        return None
+    return {"commit": rev.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+
+
+def _blas_threads():
+    """Threads the loaded BLAS uses, when threadpoolctl is installed (else None)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    return [{"api": i.get("internal_api"), "threads": i.get("num_threads")} for i in threadpool_info()]
+
+
+def machine_info():
+    import numba
+    import numpy as np
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = None
+    return {
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "numba_threads": numba.config.NUMBA_NUM_THREADS,
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": affinity,
+        "thread_settings": thread_settings(),
+        "blas_threads": _blas_threads(),
+        "load_average_start": load_average(),
+        "git": _git_revision(),
+    }
+
+
+def gemm_rate(repeats=7, shape=GEMM_SHAPE, seed=0):
+    """Single-process float32 GEMM rate (FLOP/s) on (m x k) @ (k x n): median of `repeats`
+    timed products after one untimed one. Returns a dict with the rate and every sample."""
+    import numpy as np
+    m, k, n = shape
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    out = np.empty((m, n), np.float32)
+    np.matmul(a, b, out=out)
+    flops = 2.0 * m * k * n
+    samples = []
+    for _ in range(max(1, repeats)):
+        t0 = time.perf_counter()
+        np.matmul(a, b, out=out)
+        samples.append(time.perf_counter() - t0)
+    med = statistics.median(samples)
+    return {"shape": list(shape), "dtype": "float32", "flops": flops, "seconds_runs": samples,
+            "seconds": med, "flops_per_second": flops / med}

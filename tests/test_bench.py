@@ -1,0 +1,108 @@
+"""The benchmark harness (`python -m hybridbatch.bench`) end to end on tiny settings."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hybridbatch.bench import cli
+from hybridbatch.bench.harness import Config, run_benchmark
+from hybridbatch.bench.machine import THREAD_VARS
+from hybridbatch.bench.registry import UnknownWorkload, make_workload
+from hybridbatch.bench.workload_treelstm import W1TreeLSTM
+from hybridbatch.data.trees import Tree
+
+TINY = ["--hidden", "16", "--batch", "4", "--instances", "12", "--warmup", "4",
+        "--eager-instances", "4", "--eager-warmup", "2", "--repeats", "1",
+        "--synthetic-train", "40", "--synthetic-dev", "5", "--gemm-repeats", "2", "--no-progress"]
+
+TRAIN_SPLIT = {"record", "schedule", "forward", "backward", "update", "other"}
+
+
+def _check_part(part, batched):
+    assert part["throughput"] > 0 and part["seconds"] > 0
+    assert part["flops"] > 0 and part["flops_per_second"] > 0 and part["efficiency"] > 0
+    assert sum(part["split_shares"].values()) == pytest.approx(1.0, abs=1e-6)
+    assert all(v >= 0 for v in part["split_seconds"].values())
+    if batched:
+        assert part["nodes"] > 0
+        assert part["batches"] >= part["lower_bound"] > 0
+        assert part["batches_over_lower_bound"] >= 1.0
+
+
+def test_cli_end_to_end_subprocess(tmp_path):
+    out = tmp_path / "w1.json"
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}   # exercises the re-exec
+    proc = subprocess.run([sys.executable, "-m", "hybridbatch.bench", "W1", *TINY, "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "training inst/s" in proc.stdout and "speedup" in proc.stdout
+    res = json.loads(out.read_text())
+    assert res["workload"] == "W1"
+    assert res["config"]["hidden"] == 16 and res["config"]["granularity"] == "block"
+    m = res["machine"]
+    assert m["thread_settings"] == {v: "1" for v in THREAD_VARS}
+    for key in ("numpy", "numba", "cpu_model", "python"):
+        assert m[key]
+    assert res["gemm"]["shape"] == [1024, 512, 1280] and res["gemm"]["flops_per_second"] > 0
+    assert res["eager_instances"] == 4
+    for phase in ("train", "infer"):
+        _check_part(res["batched"][phase], True)
+        _check_part(res["eager"][phase], False)
+        assert res["speedup"][phase] > 0
+    assert set(res["batched"]["train"]["split_seconds"]) == TRAIN_SPLIT
+    assert res["batched"]["train"]["instances"] == 12 and res["batched"]["train"]["minibatches"] == 3
+    assert res["check"]["max_rel_loss_diff"] < 1e-3
+
+
+def test_in_process_no_eager_other_policy():
+    res = run_benchmark(Config(hidden=8, batch=3, instances=7, warmup=3, repeats=2, eager=False,
+                               policy="depth", granularity="op", gemm_repeats=1,
+                               workload_options={"synthetic_train": 20, "synthetic_dev": 2}),
+                        progress=False, info=False)
+    assert res["eager"] is None and res["speedup"] == {"train": None, "infer": None}
+    assert res["batched"]["train"]["minibatches"] == 3
+    assert len(res["batched"]["train"]["throughput_runs"]) == 2
+    _check_part(res["batched"]["train"], True)
+    _check_part(res["batched"]["infer"], True)
+
+
+def test_sweep_writes_png_and_json(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    args = ["W1", "--sweep", "batch", "--hidden", "8", "--instances", "4", "--warmup", "2",
+            "--eager-instances", "2", "--eager-warmup", "1", "--repeats", "1", "--synthetic-train", "20",
+            "--synthetic-dev", "2", "--gemm-repeats", "1", "--no-progress", "--no-check", "--json", str(out)]
+    assert cli.main(args) == 0
+    png = tmp_path / "sweep.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sweep = json.loads(out.read_text())
+    assert sweep["sweep"] == "batch" and sweep["values"] == [1, 8, 32, 64, 128, 256]
+    assert [r["config"]["batch"] for r in sweep["results"]] == sweep["values"]
+    assert all(r["speedup"]["train"] > 0 for r in sweep["results"])
+    assert "sweep over batch" in capsys.readouterr().out
+
+
+def test_w1_forward_flops_exact():
+    wl = W1TreeLSTM(hidden=256, synthetic_train=3, synthetic_dev=1)
+    leaf = lambda w: Tree(2, w)                               # noqa: E731
+    tree = Tree(3, children=(leaf("a"), Tree(2, children=(leaf("b"), leaf("c")))))   # 3 leaves, 2 internal
+    expected = 2 * (3 * 768 * 256 + 2 * 1280 * 512 + 5 * 5 * 256)
+    assert wl.forward_flops(tree) == expected
+    assert wl.embed == 256 and len(wl.train_instances()) == 3 and len(wl.dev_instances()) == 1
+
+
+def test_w1_reads_real_layout(tmp_path):
+    (tmp_path / "sst").mkdir()
+    (tmp_path / "sst" / "train.txt").write_text("(3 (2 a) (4 b))\n(1 (1 bad) (2 c))\n")
+    (tmp_path / "sst" / "dev.txt").write_text("(2 (2 a) (2 z))\n")
+    for d in (tmp_path, tmp_path / "sst"):
+        wl = W1TreeLSTM(hidden=8, data_dir=str(d))
+        assert len(wl.train_instances()) == 2 and len(wl.dev_instances()) == 1
+        assert len(wl.vocab) == 5                             # <unk>, a, b, bad, c
+        assert wl.gold(wl.dev_instances()[0]) == [2]
+
+
+def test_unknown_workload():
+    with pytest.raises(UnknownWorkload):
+        make_workload("W99")
