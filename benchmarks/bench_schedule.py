@@ -22,7 +22,8 @@ import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.graph import Growable  # noqa: E402
-from hybridbatch.plan import Plan  # noqa: E402
+from hybridbatch.plan import Plan, _gather_specs, _write_constants  # noqa: E402
+from hybridbatch.plan_cache import CACHE  # noqa: E402
 from hybridbatch.schedule import GraphView, agenda, by_depth, lower_bound  # noqa: E402
 
 TARGET_MS = 50.0
@@ -151,22 +152,51 @@ def record_chains(n_nodes, hidden, seed):
 
 
 def plan_ms(scope, repeat):
-    """Median ms of Plan(...) for the scope's whole graph (the flush's first stage)."""
+    """(median ms of Plan(...) for the scope's whole graph, its breakdown by stage).
+
+    The policy does not run in these calls: the schedule cache hits after the warm-up call,
+    so this is Plan construction alone. The breakdown times its main stages one by one on
+    the same inputs; "other" is the rest (lookup tables, arenas, output locations, ...).
+    """
     graph = scope.graph
     # the scope's flush consumed graph.constants; rebuild them from its arenas so each
     # construction writes the same input values again
     p0 = scope.plans[0]
     ex = p0.view.executable
     constants = {int(v): scope.arenas[scope.loc_arena.data[v]][scope.loc_row.data[v]] for v in np.flatnonzero(~ex)}
+    last = {}
 
     def build():
         graph.constants = dict(constants)
-        return Plan(graph, 0, agenda, [], Growable(np.int64), Growable(np.int64), Growable(np.bool_))
+        last.update(arenas=[], loc_arena=Growable(np.int64), loc_row=Growable(np.int64), is_const=Growable(np.bool_))
+        return Plan(graph, 0, agenda, last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"])
 
     ms, plan = timed(build, repeat)
-    graph.constants = {}
     assert plan.n_batches == p0.n_batches and (plan.order == p0.order).all()
-    return ms
+
+    sig, _, _, arg_ptr, args = graph.delta(0)
+    arenas, loc_arena, loc_row, is_const = last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"]
+    stages = {
+        "graph_delta": lambda: graph.delta(0),
+        "schedule_cache_lookup": lambda: CACHE.schedule(agenda, plan.view, sig),
+        "write_constants": lambda: _write_constants(constants, 0, arenas, 0, loc_arena.view, loc_row.view),
+        "gather_specs": lambda: _gather_specs(plan.order, plan.bptr, arg_ptr, args, loc_arena.view,
+                                              loc_row.view, is_const.view),
+    }
+    # each repeat times a whole build and then every stage, so "other" (the build minus
+    # its stages, per repeat) compares timings taken under the same machine load
+    parts = {name: [] for name in (*stages, "other")}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        build()
+        total = time.perf_counter() - t0
+        for name, stage in stages.items():
+            t0 = time.perf_counter()
+            stage()
+            parts[name].append(time.perf_counter() - t0)
+        parts["other"].append(total - sum(parts[name][-1] for name in stages))
+    graph.constants = {}
+    return ms, {name: round(statistics.median(v) * 1e3, 2) for name, v in parts.items()}, len(constants)
 
 
 def main():
@@ -186,11 +216,14 @@ def main():
     n = len(scope.graph)
     st = scope.stats
     rec = schedule_report(seen[0], a.repeat)
+    p_ms, p_parts, n_const = plan_ms(scope, a.repeat)
     rec.update({
         "recorded_nodes_incl_inputs": n,
         "record_us_per_node": round(record_s / n * 1e6, 3),
         "record_us_per_executed_node": round(record_s / st.nodes * 1e6, 3),
-        "plan_ms": round(plan_ms(scope, a.repeat), 2),
+        "plan_ms": round(p_ms, 2),
+        "plan_breakdown_ms": p_parts,
+        "plan_input_constants": n_const,
         "first_flush": {"schedule_s": round(st.schedule_seconds, 4), "execute_s": round(st.execute_seconds, 4),
                         "batches": st.batches, "lower_bound": st.lower_bound},
     })

@@ -63,26 +63,23 @@ def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const):
     row_arena = np.empty(total, np.int64)
     p = 0
     for b in range(nb):
-        size = bptr[b + 1] - bptr[b]
+        lo = bptr[b]
+        size = bptr[b + 1] - lo
         for j in range(g_ptr[b + 1] - g_ptr[b]):
             g = g_ptr[b] + j
-            single = True
-            consecutive = True
-            all_const = True
+            u0 = args[arg_ptr[order[lo]] + j]
+            a0, r0 = loc_arena[u0], loc_row[u0]
+            single = consecutive = all_const = True
             for i in range(size):
-                v = order[bptr[b] + i]
-                u = args[arg_ptr[v] + j]
+                u = args[arg_ptr[order[lo + i]] + j]
                 rows[p + i] = loc_row[u]
                 row_arena[p + i] = loc_arena[u]
-                if row_arena[p + i] != row_arena[p]:
-                    single = False
-                if rows[p + i] != rows[p] + i:
-                    consecutive = False
-                if not is_const[u]:
-                    all_const = False
+                single &= loc_arena[u] == a0
+                consecutive &= loc_row[u] == r0 + i
+                all_const &= is_const[u]
             kind[g] = 0 if (single and consecutive) else (1 if single else 2)
-            arena[g] = row_arena[p]
-            start[g] = rows[p]
+            arena[g] = a0
+            start[g] = r0
             off[g] = p
             const[g] = all_const
             p += size
@@ -156,7 +153,7 @@ class Plan:
         # arenas: one per type of this flush, rows in execution order. A node's type is its
         # signature's output type, so types too are compacted per signature.
         utype, sig_type = np.unique(np.array([s.out_type for s in sigs], np.int64), return_inverse=True)
-        type_local = sig_type.reshape(-1)[sig_local]
+        type_local = sig_type[sig_local]
         rows, counts = _assign_rows(order, bptr, type_local, is_input, n_out, sig_local, len(utype))
         base = len(arenas)
         xp = backend.xp()
@@ -172,7 +169,9 @@ class Plan:
 
         first = order[bptr[:-1]]
         self.batch_sig = sig[first].tolist()
-        # (arena, row) of output j of each batch's first node v: node v + j
+        # (arena, row) of output j of each batch's first node v: node v + j. Flat position
+        # ends[b] - k[b] + j holds batch b's output j, so subtracting the batch's offset
+        # from v and adding the flat position gives v + j.
         k = n_out[sig_local[first]]
         ends = np.cumsum(k)
         out_nodes = np.repeat(first - (ends - k), k) + np.arange(int(k.sum()))
