@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# W1 Tree-LSTM on built-in synthetic SST trees, eager vs batched: the summary table (~1-2 min)
+# W1 Tree-LSTM on built-in synthetic SST trees, eager vs batched: the summary table (under a minute once set up)
 demo: $(STAMP)
 	$(PY) -m hybridbatch.bench W1 --instances 256 --warmup 64 --eager-instances 64 --repeats 1
 
