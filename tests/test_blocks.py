@@ -57,9 +57,10 @@ seeds = st.integers(0, 2 ** 31 - 1)
 
 @settings(max_examples=8, deadline=None)
 @given(seed=seeds, hidden=st.sampled_from([3, 8]))
-def test_lstm_and_gru_cells_agree_across_granularities(seed, hidden):
+def test_lstm_gru_dense_sequential_agree_across_granularities(seed, hidden):
     rng = np.random.default_rng(seed)
-    lstm, gru, head = nn.LSTMCell(hidden, 4, seed=1), nn.GRUCell(hidden, 4, seed=2), nn.Dense(3, hidden, seed=3)
+    lstm, gru = nn.LSTMCell(hidden, 4, seed=1), nn.GRUCell(hidden, 4, seed=2)
+    head = nn.Sequential(nn.Dense(6, hidden, activation="relu", seed=3), nn.Dense(3, 6, seed=4))
     for b in (lstm, gru, head):
         b.hybridize()
     seqs = [_vecs(rng, int(n), 4) for n in rng.integers(1, 6, size=4)]
