@@ -1,0 +1,122 @@
+"""W2 and W3 of WORKLOADS.md as benchmark workloads: the BiLSTM UPOS tagger, without and
+with the character BiLSTM for rare words.
+
+Data: `en_ewt-ud-train.conllu` / `en_ewt-ud-dev.conllu` from `data_dir` (the folder holding
+them, or its parent holding `ud_english_ewt/`) when given; else `synthetic_tagging` of
+`synthetic_train + synthetic_dev` sentences, the last `synthetic_dev` held out. Words seen
+fewer than 5 times in the training sentences are UNK (W2) or spelled by characters (W3).
+`hoist` picks the model's formulation (see hybridbatch/models/bilstm_tagger.py); the FLOPs
+are the same either way.
+"""
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import NamedTuple
+
+from ..data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging
+from ..data.trees import Vocab
+from ..models.bilstm_tagger import BiLSTMTagger
+from .workload import Workload
+
+__all__ = ["TaggedSentence", "W2Tagger", "W3Tagger", "MIN_COUNT"]
+
+MIN_COUNT = 5
+
+
+class TaggedSentence(NamedTuple):
+    """One instance: the words and UPOS tags (strings) and their model encodings."""
+    words: list
+    tags: list
+    tokens: list      # per token: word id, or (W3, rare word) a tuple of character ids
+    tag_ids: list
+
+
+def _find(data_dir, name):
+    for d in (data_dir, os.path.join(data_dir, "ud_english_ewt")):
+        p = os.path.join(d, name)
+        if os.path.isfile(p):
+            return p
+    raise FileNotFoundError(f"{name} is neither in {data_dir} nor in {os.path.join(data_dir, 'ud_english_ewt')}")
+
+
+class _TaggerWorkload(Workload):
+    chars = False
+
+    def __init__(self, hidden=256, data_dir=None, seed=0, train_sentences=None, dev_sentences=None,
+                 synthetic_train=4000, synthetic_dev=500, hoist=True):
+        super().__init__(hidden, data_dir, seed)
+        if data_dir is not None:
+            train = read_conllu(_find(data_dir, "en_ewt-ud-train.conllu"))
+            dev = read_conllu(_find(data_dir, "en_ewt-ud-dev.conllu"))
+        else:
+            sents = synthetic_tagging(synthetic_train + synthetic_dev, seed=seed)
+            train, dev = sents[:synthetic_train], sents[synthetic_train:]
+        if train_sentences is not None:
+            train = train[:train_sentences]
+        if dev_sentences is not None:
+            dev = dev[:dev_sentences]
+        counts = Counter(t.form for s in train for t in s)
+        self.word_vocab = Vocab.build(counts, min_count=MIN_COUNT)
+        self.char_vocab = Vocab.build(Counter(ch for w in counts for ch in w)) if self.chars else None
+        # WORKLOADS.md sizes: embedding = hidden (256); char embedding 64, char LSTM hidden / 2
+        self.char_hidden = hidden // 2
+        self.char_embed = 64
+        self.model = BiLSTMTagger(self.word_vocab, UPOS_TAGS, self.char_vocab, embed=hidden, hidden=hidden,
+                                  char_embed=self.char_embed, char_hidden=self.char_hidden, hoist=hoist,
+                                  seed=seed)
+        self._train = [self._instance(s) for s in train]
+        self._dev = [self._instance(s) for s in dev]
+
+    def _instance(self, sent):
+        words = [t.form for t in sent]
+        tags = [t.upos for t in sent]
+        return TaggedSentence(words, tags, self.model.encode(words), self.model.tag_ids(tags))
+
+    def train_instances(self):
+        return self._train
+
+    def dev_instances(self):
+        return self._dev
+
+    def loss(self, instance):
+        return self.model.encoded_loss(instance.tokens, instance.tag_ids)
+
+    def predict(self, instance):
+        return self.model.encoded_logits(instance.tokens)
+
+    def gold(self, instance):
+        return list(instance.tag_ids)
+
+    def parameters(self):
+        return self.model.parameters()
+
+    def hybridize(self):
+        self.model.hybridize()
+
+    def forward_flops(self, instance):
+        """2 per MAC of: both word LSTM directions (4H x (E + H) per token), the output layer
+        (T x 2H per token) and, W3, both character LSTM directions per character of a rare word."""
+        H = E = self.hidden
+        n = len(instance.tokens)
+        word = 2 * (2 * 4 * H * (E + H))
+        out = 2 * len(UPOS_TAGS) * 2 * H
+        flops = n * (word + out)
+        if self.chars:
+            Hc, Ec = self.char_hidden, self.char_embed
+            n_chars = sum(len(t) for t in instance.tokens if isinstance(t, tuple))
+            flops += n_chars * 2 * (2 * 4 * Hc * (Ec + Hc))
+        return flops
+
+
+class W2Tagger(_TaggerWorkload):
+    name = "W2"
+    description = "BiLSTM UPOS tagger (UD EWT), embedding 256, BiLSTM 256+256, rare words -> UNK"
+    chars = False
+
+
+class W3Tagger(_TaggerWorkload):
+    name = "W3"
+    description = ("BiLSTM UPOS tagger (UD EWT) with a character BiLSTM (64 / 128+128) "
+                   "for words seen < 5 times")
+    chars = True
