@@ -6,7 +6,7 @@ batches, `--mode eager` runs the same code one sentence at a time. Every epoch p
 mean training loss per sentence, the training throughput (forward + backward + SGD update,
 sentences per second) and the tagging accuracy on held-out sentences.
 
-    python examples/bilstm_tagger.py                          # synthetic data, W2, ~30 s
+    python examples/bilstm_tagger.py                          # synthetic data, W2, ~20 s
     python examples/bilstm_tagger.py --chars                  # W3: rare words by characters
     python examples/bilstm_tagger.py --data ../shared/data/ud_english_ewt --limit 0 --epochs 3
 
@@ -97,7 +97,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", help="folder with en_ewt-ud-{train,dev}.conllu (default: synthetic data)")
     ap.add_argument("--chars", action="store_true", help="W3: embed rare words by a character BiLSTM")
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--mode", choices=("eager", "batched"), default="batched")
     ap.add_argument("--policy", choices=("agenda", "depth"), default="agenda")

@@ -6,22 +6,23 @@ W3: as W2, but every rare (or unseen) word is embedded by a character BiLSTM (ch
 64, LSTM 128 per direction, final hidden states concatenated -> 256) instead of UNK.
 
 Written per instance: plain Python loops over one sentence. Every recurrent step is ONE call
-of a hybridized block whose recurrent state is the packed vector [h; c], so block granularity
-records one graph node per step, and a token's output layer and loss are one block call
-taking the gold tag as an integer argument. Two formulations of the same LSTM:
+of a hybridized block returning (h, c), so block granularity records one node per step (its
+second output rides along as a light extra-output node, never a batch of its own), and a
+token's output layer and loss are one block call taking the gold tag as an integer argument.
+Two formulations of the same LSTM:
 
 - `hoist=True` (default): the LSTM's gate pre-activations W [x; h] + b are split into an
   input part and a recurrent part. A token's input part for BOTH directions,
   [W_f x + b_f; W_b x + b_b], is one block call (embedding lookup inside, the word id an
-  integer argument; a W3 rare word passes its two final character states instead); it
+  integer argument; a W3 rare word passes its two final character hidden states); it
   depends on no recurrence, so all tokens of the minibatch run as one large GEMM. Each
   recurrent step then only multiplies U h (4H x H). Block granularity: 4 nodes per token
   (input part, forward step, backward step, output + loss); a W3 rare word of k characters
   adds 3k (a character's input part and two character steps).
 - `hoist=False`: each step is `nn.LSTMCell` over [x; h], the word id an integer argument
   looked up inside the step (W2: 3 nodes per token); W3 adds one input node per token (a
-  lookup, or the concatenated final character states) so that frequent and rare words'
-  steps share one signature, plus 2k character steps for a rare word.
+  lookup, or the concatenation of the final character hidden states) so that frequent and
+  rare words' steps share one signature, plus 2k character steps for a rare word.
 
 Both compute the same function (W = [W_x U]); `hoist=False` keeps one (4H, E + H) weight per
 direction as nn.LSTMCell does. The first step of a chain takes no state: its zero state is
@@ -50,28 +51,24 @@ def _lstm_init(hidden, input_size):
 class InputProjection(HybridBlock):
     """One token's input part of the gates of both directions: [W_f x + b_f; W_b x + b_b].
 
-    proj(id): x = row `id` of `embedding`; proj(s_cf, s_cb) (W3 rare word): x = [h_cf; h_cb]
-    from the final states of the character LSTMs.
+    proj(id): x = row `id` of `embedding`; proj(h_cf, h_cb) (W3 rare word): x = [h_cf; h_cb],
+    the final hidden states of the character LSTMs.
     """
 
-    def __init__(self, vocab_size, embed, hidden, char_hidden=None, rng=None):
+    def __init__(self, vocab_size, embed, hidden, rng=None):
         super().__init__()
-        self.hidden, self.char_hidden = hidden, char_hidden
+        self.hidden = hidden
         self.embedding = Parameter("embedding", (vocab_size, embed), init="uniform", rng=rng)
         self.weight = Parameter("weight", (8 * hidden, embed), init=_lstm_init(hidden, embed), rng=rng)
         self.bias = Parameter("bias", (8 * hidden,), init="zeros")
 
     def forward(self, *args):
-        if isinstance(args[0], _INDEX):
-            x = hb.lookup(self.embedding, args[0])
-        else:
-            Hc = self.char_hidden
-            x = hb.concat([args[0][:Hc], args[1][:Hc]])
+        x = hb.lookup(self.embedding, args[0]) if isinstance(args[0], _INDEX) else hb.concat(list(args))
         return hb.affine(self.weight, x, self.bias)
 
 
 class RecurrentStep(HybridBlock):
-    """One LSTM step of one direction: (input part p[, state]) -> state = [h; c].
+    """One LSTM step of one direction: (input part p[, h, c]) -> (h, c).
 
     z = p[offset : offset + 4H] + U h, gates [i, f, o | g]: c = σ(f)⊙c + σ(i)⊙tanh(g),
     h = σ(o)⊙tanh(c). Without a state the step starts from zeros (and skips U h).
@@ -82,24 +79,24 @@ class RecurrentStep(HybridBlock):
         self.hidden, self.offset = hidden, offset
         self.weight = Parameter("weight", (4 * hidden, hidden), init=_lstm_init(hidden, input_size), rng=rng)
 
-    def forward(self, p, state=None):
+    def forward(self, p, h=None, c=None):
         H, o = self.hidden, self.offset
         z = p[o:o + 4 * H]
-        if state is None:
+        if h is None:
             s = hb.sigmoid(z[:3 * H])
             c = s[:H] * hb.tanh(z[3 * H:])
         else:
-            z = hb.affine(self.weight, state[:H], z)
+            z = hb.affine(self.weight, h, z)
             s = hb.sigmoid(z[:3 * H])
-            c = s[H:2 * H] * state[H:] + s[:H] * hb.tanh(z[3 * H:])
-        return hb.concat([s[2 * H:] * hb.tanh(c), c])
+            c = s[H:2 * H] * c + s[:H] * hb.tanh(z[3 * H:])
+        return s[2 * H:] * hb.tanh(c), c
 
 
 # -- hoist=False: nn.LSTMCell over [x; h] per step ---------------------------------------------
 
 class EmbedLSTMStep(HybridBlock):
-    """One nn.LSTMCell step: (x[, state]) -> state = [h; c]; x is an integer (a row of
-    `embedding`, looked up inside) or an input vector."""
+    """One nn.LSTMCell step: (x[, h, c]) -> (h, c); x is an integer (a row of `embedding`,
+    looked up inside) or an input vector."""
 
     def __init__(self, vocab_size, embed, hidden, rng=None):
         super().__init__()
@@ -107,43 +104,25 @@ class EmbedLSTMStep(HybridBlock):
         self.embedding = Parameter("embedding", (vocab_size, embed), init="uniform", rng=rng)
         self.cell = LSTMCell(hidden, embed, seed=int(rng.integers(2 ** 31)) if rng is not None else None)
 
-    def forward(self, x, state=None):
-        H = self.hidden
+    def forward(self, x, h=None, c=None):
         if isinstance(x, _INDEX):
             x = hb.lookup(self.embedding, x)
-        if state is None:
-            zero = np.zeros(H, np.float32)
-            h, c = self.cell(x, zero, zero)
-        else:
-            h, c = self.cell(x, state[:H], state[H:])
-        return hb.concat([h, c])
-
-
-class CharFinal(HybridBlock):
-    """(final forward char state, final backward char state) -> [h_cf; h_cb]."""
-
-    def __init__(self, char_hidden):
-        super().__init__()
-        self.char_hidden = char_hidden
-
-    def forward(self, s_f, s_b):
-        H = self.char_hidden
-        return hb.concat([s_f[:H], s_b[:H]])
+        if h is None:
+            h = c = np.zeros(self.hidden, np.float32)
+        return self.cell(x, h, c)
 
 
 # -- shared -------------------------------------------------------------------------------------
 
 class TokenOutput(HybridBlock):
-    """(state_fwd, state_bwd[, tag]) -> logits of [h_fwd; h_bwd], or with `tag` its softmax loss."""
+    """(h_fwd, h_bwd[, tag]) -> logits of [h_fwd; h_bwd], or with `tag` its softmax loss."""
 
     def __init__(self, hidden, classes, seed=0):
         super().__init__()
-        self.hidden = hidden
         self.dense = Dense(classes, 2 * hidden, seed=seed)
 
-    def forward(self, s_f, s_b, tag=None):
-        H = self.hidden
-        logits = self.dense(hb.concat([s_f[:H], s_b[:H]]))
+    def forward(self, h_f, h_b, tag=None):
+        logits = self.dense(hb.concat([h_f, h_b]))
         return logits if tag is None else hb.pick_neg_log_softmax(logits, tag)
 
 
@@ -175,7 +154,7 @@ class BiLSTMTagger(Block):
                              f"word; it replaces a word embedding of size {embed}")
         rng = np.random.default_rng(seed)
         if hoist:
-            self.proj = InputProjection(len(word_vocab), embed, hidden, char_hidden, rng)
+            self.proj = InputProjection(len(word_vocab), embed, hidden, rng)
             self.fwd = RecurrentStep(hidden, embed, 0, rng)
             self.bwd = RecurrentStep(hidden, embed, 4 * hidden, rng)
         else:
@@ -185,14 +164,13 @@ class BiLSTMTagger(Block):
         self.output = TokenOutput(hidden, len(self.tags), seed=seed + 1)
         if self.use_chars:
             if hoist:
-                self.char_proj = InputProjection(len(char_vocab), char_embed, char_hidden, rng=rng)
+                self.char_proj = InputProjection(len(char_vocab), char_embed, char_hidden, rng)
                 self.char_fwd = RecurrentStep(char_hidden, char_embed, 0, rng)
                 self.char_bwd = RecurrentStep(char_hidden, char_embed, 4 * char_hidden, rng)
             else:
                 self.char_fwd = EmbedLSTMStep(len(char_vocab), char_embed, char_hidden, rng)
                 self.char_bwd = EmbedLSTMStep(len(char_vocab), char_embed, char_hidden, rng)
                 self.char_bwd.embedding = self.char_fwd.embedding
-                self.char_final = CharFinal(char_hidden)
 
     def parameters(self):
         """Every distinct Parameter (a shared embedding table once)."""
@@ -231,24 +209,24 @@ class BiLSTMTagger(Block):
     # -- the model, per instance --------------------------------------------------------
     @staticmethod
     def _bidirectional(fwd_step, bwd_step, inputs):
-        """(forward states, backward states) of one BiLSTM over `inputs`, each [h; c]."""
-        fwd, s = [], None
+        """(forward h's, backward h's) of one BiLSTM over `inputs`, one per position."""
+        fwd, state = [], ()
         for x in inputs:
-            s = fwd_step(x) if s is None else fwd_step(x, s)
-            fwd.append(s)
-        bwd, s = [None] * len(inputs), None
+            state = fwd_step(x, *state)
+            fwd.append(state[0])
+        bwd, state = [None] * len(inputs), ()
         for i in range(len(inputs) - 1, -1, -1):
-            s = bwd_step(inputs[i]) if s is None else bwd_step(inputs[i], s)
-            bwd[i] = s
+            state = bwd_step(inputs[i], *state)
+            bwd[i] = state[0]
         return fwd, bwd
 
     def _char_word(self, chars):
-        """W3: a rare word's input from its spelling (the char BiLSTM's final states)."""
+        """W3: a rare word's input from its spelling (the char BiLSTM's final hidden states)."""
         inputs = [self.char_proj(ch) for ch in chars] if self.hoist else chars
         fwd, bwd = self._bidirectional(self.char_fwd, self.char_bwd, inputs)
         if self.hoist:
             return self.proj(fwd[-1], bwd[0])
-        return self.char_final(fwd[-1], bwd[0])
+        return hb.concat([fwd[-1], bwd[0]])
 
     def _states(self, tokens):
         if self.hoist:
