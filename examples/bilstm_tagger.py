@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging  # noqa: E402
+from hybridbatch.data.paths import find_data_file  # noqa: E402
 from hybridbatch.data.trees import Vocab  # noqa: E402
 from hybridbatch.models.bilstm_tagger import BiLSTMTagger  # noqa: E402
 
@@ -34,13 +35,11 @@ from hybridbatch.models.bilstm_tagger import BiLSTMTagger  # noqa: E402
 def load(args):
     """(train, dev) lists of (words, tags)."""
     if args.data:
-        def find(name):
-            for d in (args.data, os.path.join(args.data, "ud_english_ewt")):
-                if os.path.isfile(os.path.join(d, name)):
-                    return os.path.join(d, name)
-            sys.exit(f"{name} not found in {args.data}")
-        train = read_conllu(find("en_ewt-ud-train.conllu"))
-        dev = read_conllu(find("en_ewt-ud-dev.conllu"))
+        try:
+            train = read_conllu(find_data_file(args.data, "ud_english_ewt", "en_ewt-ud-train.conllu"))
+            dev = read_conllu(find_data_file(args.data, "ud_english_ewt", "en_ewt-ud-dev.conllu"))
+        except FileNotFoundError as e:
+            sys.exit(str(e))
     else:
         n_train = args.limit or 4000
         sents = synthetic_tagging(n_train + args.dev, seed=args.seed)

@@ -128,6 +128,15 @@ def _correct(values, gold):
 # one pass over a list of instances, in each mode
 # ---------------------------------------------------------------------------------------------
 
+def _add_scope_stats(t, c, s):
+    """Add one scope's recording / scheduling / execution times and counts to the tallies."""
+    t["record"] += s.record_seconds
+    t["schedule"] += s.schedule_seconds
+    t["forward"] += s.execute_seconds
+    for k in c:
+        c[k] += getattr(s, k)
+
+
 def train_batched(wl, trainer, instances, cfg, bar):
     t = dict.fromkeys(TRAIN_SPLIT, 0.0)
     c = dict(nodes=0, batches=0, lower_bound=0, flushes=0, plan_cache_hits=0)
@@ -143,14 +152,9 @@ def train_batched(wl, trainer, instances, cfg, bar):
         trainer.step(len(mb))
         t3 = time.perf_counter()
         wall += t3 - t0
-        s = scope.stats
-        t["record"] += s.record_seconds
-        t["schedule"] += s.schedule_seconds
-        t["forward"] += s.execute_seconds
+        _add_scope_stats(t, c, scope.stats)
         t["backward"] += t2 - t1
         t["update"] += t3 - t2
-        for k in c:
-            c[k] += getattr(s, k)
         loss_total += float(loss.item())
         bar.update(len(mb))
     t["other"] = max(wall - sum(t[k] for k in TRAIN_SPLIT if k != "other"), 0.0)
@@ -170,13 +174,8 @@ def infer_batched(wl, instances, cfg, bar):
         values = [[h.asnumpy() for h in hs] for hs in handles]
         t2 = time.perf_counter()
         wall += t2 - t0
-        s = scope.stats
-        t["record"] += s.record_seconds
-        t["schedule"] += s.schedule_seconds
-        t["forward"] += s.execute_seconds
+        _add_scope_stats(t, c, scope.stats)
         t["read"] += t2 - t1
-        for k in c:
-            c[k] += getattr(s, k)
         for x, vs in zip(mb, values):
             ok, n = _correct(vs, wl.gold(x))
             correct += ok

@@ -10,13 +10,13 @@ are the same either way.
 """
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import NamedTuple
 
 from ..data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging
 from ..data.trees import Vocab
 from ..models.bilstm_tagger import BiLSTMTagger
+from ..data.paths import find_data_file
 from .workload import Workload
 
 __all__ = ["TaggedSentence", "W2Tagger", "W3Tagger", "MIN_COUNT"]
@@ -32,14 +32,6 @@ class TaggedSentence(NamedTuple):
     tag_ids: list
 
 
-def _find(data_dir, name):
-    for d in (data_dir, os.path.join(data_dir, "ud_english_ewt")):
-        p = os.path.join(d, name)
-        if os.path.isfile(p):
-            return p
-    raise FileNotFoundError(f"{name} is neither in {data_dir} nor in {os.path.join(data_dir, 'ud_english_ewt')}")
-
-
 class _TaggerWorkload(Workload):
     chars = False
 
@@ -47,8 +39,8 @@ class _TaggerWorkload(Workload):
                  synthetic_train=4000, synthetic_dev=500, hoist=True):
         super().__init__(hidden, data_dir, seed)
         if data_dir is not None:
-            train = read_conllu(_find(data_dir, "en_ewt-ud-train.conllu"))
-            dev = read_conllu(_find(data_dir, "en_ewt-ud-dev.conllu"))
+            train = read_conllu(find_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-train.conllu"))
+            dev = read_conllu(find_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-dev.conllu"))
         else:
             sents = synthetic_tagging(synthetic_train + synthetic_dev, seed=seed)
             train, dev = sents[:synthetic_train], sents[synthetic_train:]

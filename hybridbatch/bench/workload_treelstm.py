@@ -13,6 +13,7 @@ import os
 
 from ..data.trees import Vocab, read_ptb_trees, synthetic_sst
 from ..models.tree_lstm import TreeLSTMSentiment
+from ..data.paths import find_data_file
 from .workload import Workload
 
 __all__ = ["W1TreeLSTM", "tree_counts"]
@@ -20,20 +21,12 @@ __all__ = ["W1TreeLSTM", "tree_counts"]
 CLASSES = 5
 
 
-def _find(data_dir, name):
-    for d in (data_dir, os.path.join(data_dir, "sst")):
-        p = os.path.join(d, name)
-        if os.path.isfile(p):
-            return p
-    raise FileNotFoundError(f"{name} is neither in {data_dir} nor in {os.path.join(data_dir, 'sst')}")
-
-
 @functools.lru_cache(maxsize=4)
 def _load(data_dir, seed, synthetic_train, synthetic_dev):
     """(train trees, dev trees), cached so that a sweep reads / generates the data once."""
     if data_dir is not None:
-        return (tuple(read_ptb_trees(_find(data_dir, "train.txt"))),
-                tuple(read_ptb_trees(_find(data_dir, "dev.txt"))))
+        return (tuple(read_ptb_trees(find_data_file(data_dir, "sst", "train.txt"))),
+                tuple(read_ptb_trees(find_data_file(data_dir, "sst", "dev.txt"))))
     return (tuple(synthetic_sst(synthetic_train, seed=seed)),
             tuple(synthetic_sst(synthetic_dev, seed=seed + 7919)))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["shared_data_dir", "ENV_VAR"]
+__all__ = ["shared_data_dir", "find_data_file", "ENV_VAR"]
 
 ENV_VAR = "HYBRIDBATCH_DATA"
 
@@ -22,3 +22,12 @@ def shared_data_dir() -> Path | None:
     repo_root = Path(__file__).resolve().parents[2]
     p = repo_root.parent / "shared" / "data"
     return p if p.is_dir() else None
+
+
+def find_data_file(data_dir, subfolder, name) -> str:
+    """`name` in `data_dir` itself or in its `subfolder` (the user may name either folder)."""
+    for d in (data_dir, os.path.join(data_dir, subfolder)):
+        p = os.path.join(d, name)
+        if os.path.isfile(p):
+            return p
+    raise FileNotFoundError(f"{name} is neither in {data_dir} nor in {os.path.join(data_dir, subfolder)}")

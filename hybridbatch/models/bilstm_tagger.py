@@ -126,6 +126,17 @@ class TokenOutput(HybridBlock):
         return logits if tag is None else hb.pick_neg_log_softmax(logits, tag)
 
 
+def _bilstm_blocks(vocab_size, embed, hidden, hoist, rng):
+    """(input projection or None, forward step, backward step) of one BiLSTM over a vocabulary."""
+    if hoist:
+        return (InputProjection(vocab_size, embed, hidden, rng), RecurrentStep(hidden, embed, 0, rng),
+                RecurrentStep(hidden, embed, 4 * hidden, rng))
+    fwd = EmbedLSTMStep(vocab_size, embed, hidden, rng)
+    bwd = EmbedLSTMStep(vocab_size, embed, hidden, rng)
+    bwd.embedding = fwd.embedding       # one embedding table for both directions
+    return None, fwd, bwd
+
+
 class BiLSTMTagger(Block):
     """W2 (char_vocab=None) or W3 (char_vocab given) tagger.
 
@@ -153,24 +164,14 @@ class BiLSTMTagger(Block):
             raise ValueError(f"the char BiLSTM gives 2 * char_hidden = {2 * char_hidden} values per "
                              f"word; it replaces a word embedding of size {embed}")
         rng = np.random.default_rng(seed)
+        proj, self.fwd, self.bwd = _bilstm_blocks(len(word_vocab), embed, hidden, hoist, rng)
         if hoist:
-            self.proj = InputProjection(len(word_vocab), embed, hidden, rng)
-            self.fwd = RecurrentStep(hidden, embed, 0, rng)
-            self.bwd = RecurrentStep(hidden, embed, 4 * hidden, rng)
-        else:
-            self.fwd = EmbedLSTMStep(len(word_vocab), embed, hidden, rng)
-            self.bwd = EmbedLSTMStep(len(word_vocab), embed, hidden, rng)
-            self.bwd.embedding = self.fwd.embedding       # one word embedding table
+            self.proj = proj
         self.output = TokenOutput(hidden, len(self.tags), seed=seed + 1)
         if self.use_chars:
+            proj, self.char_fwd, self.char_bwd = _bilstm_blocks(len(char_vocab), char_embed, char_hidden, hoist, rng)
             if hoist:
-                self.char_proj = InputProjection(len(char_vocab), char_embed, char_hidden, rng)
-                self.char_fwd = RecurrentStep(char_hidden, char_embed, 0, rng)
-                self.char_bwd = RecurrentStep(char_hidden, char_embed, 4 * char_hidden, rng)
-            else:
-                self.char_fwd = EmbedLSTMStep(len(char_vocab), char_embed, char_hidden, rng)
-                self.char_bwd = EmbedLSTMStep(len(char_vocab), char_embed, char_hidden, rng)
-                self.char_bwd.embedding = self.char_fwd.embedding
+                self.char_proj = proj
 
     def parameters(self):
         """Every distinct Parameter (a shared embedding table once)."""
