@@ -11,7 +11,6 @@ import numpy as np
 from numba import njit
 
 from .execute import operands, batch_aux, scatter_add
-from .kernels import add_outer, scatter_add_rows
 from .ops import OuterGrad, RowGrad
 from .parameter import by_id
 from . import signature
@@ -35,15 +34,15 @@ def accumulate_param(pid, g):
     if p.grad_req == "null":
         return
     if isinstance(g, RowGrad):
-        scatter_add_rows(p.grad, g.rows, g.values)
+        p.add_grad_rows(g.rows, g.values)
     elif isinstance(g, OuterGrad):
         sink = getattr(_pending, "outer", None)
         if sink is None:
-            add_outer(p.grad, g.left, g.right)
+            p.add_grad_outer(g.left, g.right)
         else:
             sink.setdefault(pid, []).append(g)
     else:
-        p.grad += g
+        p.add_grad(g)
 
 
 @contextmanager
@@ -59,7 +58,7 @@ def one_gemm_per_weight(xp):
         for pid, parts in _pending.outer.items():
             left = parts[0].left if len(parts) == 1 else xp.concatenate([g.left for g in parts])
             right = parts[0].right if len(parts) == 1 else xp.concatenate([g.right for g in parts])
-            by_id(pid).grad += left.T @ right
+            by_id(pid).add_grad(left.T @ right)
     finally:
         _pending.outer = None
 

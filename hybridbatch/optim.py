@@ -15,6 +15,9 @@ leak from one step into the next, and no `zero_grad()` is needed between steps; 
 `trainer.zero_grad()` only to discard gradients without stepping.
 
 Updates are in place on `param.data` and `param.grad`, with the backend's array module.
+When a gradient is known to live in a few rows (embedding lookups) and the rule leaves
+zero-gradient rows unchanged (`Optimizer.rows_only`: plain SGD), only those rows are
+updated and cleared: the same result as the dense update, without passes over the table.
 """
 import math
 import numbers
@@ -91,6 +94,11 @@ class Optimizer:
     def update(self, weight, grad, state):
         raise NotImplementedError
 
+    def rows_only(self, state):
+        """Whether updating only the rows that have a gradient equals the dense update, i.e.
+        a zero gradient leaves a row unchanged (no decay, no momentum, no moments)."""
+        return False
+
     def _decayed(self, xp, weight, grad):
         """grad + wd * weight, in place in grad (L2 weight decay, as MXNet's optimizers do)."""
         if self.wd:
@@ -118,6 +126,9 @@ class SGD(Optimizer):
     def create_state(self, param):
         # the momentum buffer is made on first use, so momentum may be turned on later
         return {"mom": None}
+
+    def rows_only(self, state):
+        return not self.wd and not self.momentum and state["mom"] is None
 
     def update(self, weight, grad, state):
         g = self._decayed(backend.xp(), weight, grad)
@@ -287,7 +298,7 @@ class Trainer:
         xp = backend.xp()
         total = 0.0
         for _, p in self._active():
-            g = p.grad.ravel().astype(np.float64)    # float64: no overflow of the squares
+            g = p.peek_grad().ravel().astype(np.float64)    # float64: no overflow of the squares
             total += float(xp.dot(g, g))
         return math.sqrt(total)
 
@@ -308,7 +319,7 @@ class Trainer:
             norm = self.global_norm() * scale
             self.last_grad_norm = norm
             if not math.isfinite(norm):
-                bad = [p.name for _, p in active if not np.all(np.isfinite(backend.to_numpy(p.grad)))]
+                bad = [p.name for _, p in active if not np.all(np.isfinite(backend.to_numpy(p.peek_grad())))]
                 raise NumericsError(f"gradient norm is {norm}; non-finite gradients in {bad or 'the sum'}; "
                                     f"no update was made")
             if norm > self.clip_global_norm:
@@ -317,9 +328,17 @@ class Trainer:
             if not self._created[i]:
                 self._states[i] = self.optimizer.create_state(p)
                 self._created[i] = True
-            if scale != 1.0:
-                p.grad *= scale
-            self.optimizer.update(p.data, p.grad, self._states[i])
+            rows = p.grad_rows() if self.optimizer.rows_only(self._states[i]) else None
+            if rows is None:
+                if scale != 1.0:
+                    p.grad *= scale
+                self.optimizer.update(p.data, p.grad, self._states[i])
+            elif len(rows):      # an embedding: only the rows this minibatch looked up
+                weight, grad = p.data[rows], p.peek_grad()[rows]
+                if scale != 1.0:
+                    grad *= scale
+                self.optimizer.update(weight, grad, self._states[i])
+                p.data[rows] = weight
             p.zero_grad()
 
     def __repr__(self):

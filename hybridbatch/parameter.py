@@ -10,6 +10,7 @@ import weakref
 import numpy as np
 
 from . import backend
+from .kernels.scatter import add_outer, scatter_add_rows
 
 _ids = itertools.count()
 _live = weakref.WeakValueDictionary()
@@ -97,6 +98,12 @@ class Parameter:
 
     `data` keeps its shape for life (signatures that name this parameter assume it);
     `grad` accumulates over backward calls until a Trainer step or `zero_grad()` clears it.
+
+    Row tracking: while every gradient added since the last zero came as rows (an embedding
+    lookup's), the parameter knows which rows are non-zero, so clearing and the update of
+    a 20k-word embedding touch only the rows a minibatch used. Any dense addition, and any
+    read of `.grad` from outside (the caller may write anywhere in it), turns tracking off
+    until the next zero_grad().
     """
 
     def __init__(self, name, shape, init="xavier", dtype=np.float32, rng=None, grad_req="write"):
@@ -107,7 +114,8 @@ class Parameter:
         self.grad_req = grad_req
         rng = rng if rng is not None else np.random.default_rng(self.pid)
         self._data = backend.xp().asarray(initializer(init)(self.shape, self.dtype, rng))
-        self.grad = backend.xp().zeros(self.shape, self.dtype)
+        self._grad = backend.xp().zeros(self.shape, self.dtype)
+        self._grad_rows = []       # row-index arrays added since the last zero; None: dense
         _live[self.pid] = self
 
     @property
@@ -124,8 +132,56 @@ class Parameter:
     def set_data(self, value):
         self.data = value
 
+    @property
+    def grad(self):
+        self._grad_rows = None
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):       # `p.grad *= s` assigns the same array back
+        if value is not self._grad:
+            value = backend.xp().asarray(value, dtype=self.dtype)
+            if value.shape != self.shape:
+                raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set a gradient "
+                                 f"of shape {value.shape}")
+            self._grad[...] = value
+        self._grad_rows = None
+
+    def peek_grad(self):
+        """grad for reading only: row tracking stays on."""
+        return self._grad
+
+    def add_grad(self, g):
+        """grad += g (dense)."""
+        self._grad += g
+        self._grad_rows = None
+
+    def add_grad_rows(self, rows, values):
+        """grad[rows[k]] += values[k], rows may repeat."""
+        scatter_add_rows(self._grad, rows, values)
+        if self._grad_rows is not None:
+            self._grad_rows.append(rows)
+
+    def add_grad_outer(self, left, right):
+        """grad += left^T @ right."""
+        add_outer(self._grad, left, right)
+        self._grad_rows = None
+
+    def grad_rows(self):
+        """The sorted rows where grad may be non-zero, or None when that is not known."""
+        rows = self._grad_rows
+        if rows is None:
+            return None
+        xp = backend.xp()
+        return xp.unique(xp.concatenate([xp.asarray(r).ravel() for r in rows])) if rows else xp.zeros(0, np.int64)
+
     def zero_grad(self):
-        self.grad[...] = 0
+        rows = self.grad_rows()
+        if rows is None:
+            self._grad[...] = 0
+        elif len(rows):
+            self._grad[rows] = 0
+        self._grad_rows = []
 
     @property
     def ndim(self):

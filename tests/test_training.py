@@ -623,3 +623,53 @@ def test_tree_task_needs_gradients_through_the_tree():
     assert mean_tree_loss(pd) > 0.4
     for n, v in frozen.items():
         np.testing.assert_array_equal(pd[n].data, v)
+
+
+# -- row-tracked embedding gradients ----------------------------------------------------
+
+def _embedding_step(track_rows, optimizer="sgd", options=None, batches=((0, 3, 3), (5, 0))):
+    """Train an embedding + linear readout for a few steps; returns the final tables."""
+    E = hb.Parameter("E", (8, 4), init="uniform", rng=np.random.default_rng(3))
+    W = hb.Parameter("W", (2, 4), init="uniform", rng=np.random.default_rng(4))
+    trainer = hb.Trainer([E, W], optimizer, options or {"learning_rate": 0.5})
+    for words in batches:
+        with hb.batching():
+            loss = hb.add_n([hb.pick_neg_log_softmax(W @ hb.lookup(E, w), w % 2) for w in words])
+            loss.backward()
+        if not track_rows:
+            E.grad   # handing .grad out ends row tracking: the dense update runs
+        trainer.step(len(words))
+    return E.data.copy(), W.data.copy()
+
+
+@pytest.mark.parametrize("optimizer,options", [("sgd", {"learning_rate": 0.5}),
+                                               ("sgd", {"learning_rate": 0.5, "wd": 0.1}),
+                                               ("sgd", {"learning_rate": 0.5, "momentum": 0.9}),
+                                               ("adam", {"learning_rate": 0.1})])
+def test_row_tracked_update_equals_the_dense_update(optimizer, options):
+    sparse = _embedding_step(True, optimizer, options)
+    dense = _embedding_step(False, optimizer, options)
+    for a, b in zip(sparse, dense):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_row_tracking_knows_the_looked_up_rows_and_clears_them():
+    E = hb.Parameter("E", (6, 3), init="uniform", rng=np.random.default_rng(0))
+    with hb.batching():
+        hb.add_n([hb.sum(hb.lookup(E, w)) for w in (4, 1, 4)]).backward()
+    assert E.grad_rows().tolist() == [1, 4]
+    np.testing.assert_array_equal(E.peek_grad()[[0, 2, 3, 5]], 0)
+    E.zero_grad()
+    assert E.grad_rows().tolist() == [] and not E.peek_grad().any()
+
+
+def test_writing_into_grad_ends_row_tracking_so_nothing_is_lost():
+    E = hb.Parameter("E", (5, 2), init="zeros")
+    with hb.batching():
+        hb.sum(hb.lookup(E, 1)).backward()
+    E.grad[3] += 7.0                # the caller writes outside the tracked rows
+    assert E.grad_rows() is None
+    hb.Trainer([E], "sgd", {"learning_rate": 1.0}).step(1)
+    np.testing.assert_array_equal(E.data[3], [-7.0, -7.0])
+    np.testing.assert_array_equal(E.data[1], [-1.0, -1.0])
+    assert not E.peek_grad().any()
