@@ -22,10 +22,10 @@ from . import signature
 
 _composite_ids = itertools.count(1 << 20)   # op ids for traced programs, apart from the primitive registry
 INT = "int"   # an integer argument in a program's cache key
-# Fuse elementwise runs of block programs into numba kernels. Off by default: measured on
-# this project's CPU, numpy's SIMD ufuncs beat the fused loops (numba has no SVML here), see
-# docs/architecture.md. `set_fusion(True)` turns it on.
-FUSION = {"enabled": False}
+# Fuse elementwise runs of block programs into numba kernels (on by default: one pass over
+# the gates instead of one numpy pass per op, and a backward without temporaries; measured
+# in docs/architecture.md). `set_fusion(False)` runs every op through numpy instead.
+FUSION = {"enabled": True}
 
 
 def set_fusion(enabled: bool) -> None:

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -11,6 +12,17 @@ import pytest
 import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.kernels.fused import FusedRun
+from hybridbatch.trace import FUSION
+
+
+@contextmanager
+def fusion(enabled):
+    before = FUSION["enabled"]
+    hb.set_fusion(enabled)
+    try:
+        yield
+    finally:
+        hb.set_fusion(before)
 
 
 def _tree_lstm_step(fused):
@@ -19,8 +31,7 @@ def _tree_lstm_step(fused):
     head.hybridize()
     params = list(cell.collect_params().values()) + list(head.collect_params().values())
     rng = np.random.default_rng(0)
-    hb.set_fusion(fused)
-    try:
+    with fusion(fused):
         with hb.batching(granularity="block"):
             leaves = [cell(rng.standard_normal(4).astype(np.float32)) for _ in range(6)]
             a = cell(leaves[0], leaves[1])
@@ -29,8 +40,6 @@ def _tree_lstm_step(fused):
             loss = hb.add_n([hb.pick_neg_log_softmax(head(h), i % 3) for i, (h, _) in enumerate([a, b, c] + leaves)])
         loss.backward()
         units = next(iter(cell.internal._programs.values())).units(np)
-    finally:
-        hb.set_fusion(False)
     return loss.asnumpy(), [p.grad.copy() for p in params], units
 
 
@@ -49,13 +58,44 @@ def test_lstm_gate_math_fuses_into_one_run():
     with hb.batching(granularity="block"):
         cell(np.ones(3, np.float32), np.zeros(5, np.float32), np.zeros(5, np.float32))
     program = next(iter(cell._programs.values()))
-    hb.set_fusion(True)
-    try:
+    with fusion(True):
         runs = [u for u in program.units(np) if isinstance(u, FusedRun)]
-    finally:
-        hb.set_fusion(False)
     assert len(runs) == 1                                 # everything after the affine
     assert len(runs[0].steps) >= 10 and sorted(runs[0].outputs) == sorted(program.outputs)
+
+
+def test_fusion_is_on_by_default():
+    assert FUSION["enabled"]
+
+
+class GateMath(hb.HybridBlock):
+    """Every fusable op once, so special values meet each formula."""
+
+    def forward(self, x, y):
+        s = hb.sigmoid(x) * hb.tanh(y) + hb.relu(x) - hb.exp(y * 0.01)
+        return s / (x + 1.0), hb.log(hb.exp(x) + 1.0)
+
+
+def _gate_math(fused, x, y):
+    block = GateMath()
+    block.hybridize()
+    with fusion(fused):
+        with hb.batching(granularity="block"):
+            outs = [block(a, b) for a, b in zip(x, y)]
+            vals = [(p.asnumpy(), q.asnumpy()) for p, q in outs]
+    return np.array(vals)
+
+
+def test_fused_kernels_keep_nan_inf_and_division_by_zero_like_numpy():
+    special = np.array([np.nan, np.inf, -np.inf, -1.0, 0.0, 1e-30, 30.0, -30.0], np.float32)
+    x = np.tile(special, (8, 1))
+    y = np.tile(special[:, None], (1, 8))
+    with np.errstate(all="ignore"):
+        fused, plain = _gate_math(True, x, y), _gate_math(False, x, y)
+    np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
+    np.testing.assert_array_equal(np.isinf(fused), np.isinf(plain))
+    finite = np.isfinite(plain)
+    np.testing.assert_allclose(fused[finite], plain[finite], rtol=2e-6, atol=1e-6)
 
 
 SCRIPT = textwrap.dedent("""

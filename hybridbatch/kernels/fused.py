@@ -20,17 +20,17 @@ import sys
 # scalar forward expression and local derivative (d out / d operand k) per op name;
 # x0, x1 are the operands, t the op's own value
 UNARY = {
-    "tanh": ("_tanh({x0})", ["(1.0 - {t} * {t})"]),
-    "sigmoid": ("0.5 * (1.0 + _tanh(0.5 * {x0}))", ["{t} * (1.0 - {t})"]),
-    "relu": ("max({x0}, 0.0)", ["(1.0 if {t} > 0.0 else 0.0)"]),
+    "tanh": ("_tanh({x0})", ["(F(1.0) - {t} * {t})"]),
+    "sigmoid": ("F(0.5) * (F(1.0) + _tanh(F(0.5) * {x0}))", ["{t} * (F(1.0) - {t})"]),
+    "relu": ("max({x0}, F(0.0))", ["(F(1.0) if {t} > F(0.0) else F(0.0))"]),
     "exp": ("np.exp({x0})", ["{t}"]),
-    "log": ("np.log({x0})", ["(1.0 / {x0})"]),
+    "log": ("np.log({x0})", ["(F(1.0) / {x0})"]),
 }
 BINARY = {
-    "add": ("{x0} + {x1}", ["1.0", "1.0"]),
-    "sub": ("{x0} - {x1}", ["1.0", "-1.0"]),
+    "add": ("{x0} + {x1}", ["F(1.0)", "F(1.0)"]),
+    "sub": ("{x0} - {x1}", ["F(1.0)", "F(-1.0)"]),
     "mul": ("{x0} * {x1}", ["{x1}", "{x0}"]),
-    "div": ("{x0} / {x1}", ["(1.0 / {x1})", "(-{x0} / ({x1} * {x1}))"]),
+    "div": ("{x0} / {x1}", ["(F(1.0) / {x1})", "(-{x0} / ({x1} * {x1}))"]),
 }
 FUSABLE = set(UNARY) | set(BINARY) | {"scalar_affine", "slice"}
 
@@ -39,15 +39,25 @@ FUSABLE = set(UNARY) | set(BINARY) | {"scalar_affine", "slice"}
 # fitted for this project by iteratively reweighted least squares on the relative error: max
 # relative error 3.4e-7 in float32. Unlike libm's tanh (numba has no SVML here) it vectorizes.
 _TANH = """
-@njit(inline="always")
+@njit(inline="always", error_model="numpy", fastmath=FAST)
 def _tanh(x):
-    c = min(max(x, -9.0), 9.0)
+    c = min(max(x, F(-9.0)), F(9.0))
     s = c * c
-    y = c * (0.9999999941872977 + s * (0.1339428211549594 + s * (0.0035112771294632107 + s * (
-        2.0865152845046354e-05 + s * 1.3705668534557544e-08)))) / (1.0 + s * (0.46727603999611844 + s * (
-        0.025936810154938292 + s * (0.0003311200608008736 + s * 7.921020577202943e-07))))
+    y = c * (F(0.9999999941872977) + s * (F(0.1339428211549594) + s * (F(0.0035112771294632107) + s * (
+        F(2.0865152845046354e-05) + s * F(1.3705668534557544e-08))))) / (F(1.0) + s * (F(0.46727603999611844) + s * (
+        F(0.025936810154938292) + s * (F(0.0003311200608008736) + s * F(7.921020577202943e-07)))))
     return y if x == x else x       # NaN stays NaN
 """
+# What lets LLVM vectorize the loops: numpy's error model (no ZeroDivisionError check per
+# division), literals in the run's dtype (F) so float32 math is not widened to float64, and
+# reassociation/contraction -- but not 'nnan'/'ninf': NaN and inf propagate as in numpy.
+_HEADER = """import numpy as np
+from numba import njit
+
+F = np.{dtype}
+FAST = {{"contract", "afn", "arcp", "reassoc", "nsz"}}
+"""
+_JIT = '@njit(cache=True, error_model="numpy", fastmath=FAST)'
 
 
 def cache_dir() -> pathlib.Path:
@@ -110,7 +120,7 @@ def build_run(steps, n, used_later):
         xs = [operand(r, p) for r, p in zip(refs, sig.params)]
         if name == "scalar_affine":
             a, c = sig.attrs
-            expr, derivs = f"{xs[0]} * {a!r} + {c!r}", [repr(a)]
+            expr, derivs = f"{xs[0]} * F({a!r}) + F({c!r})", [f"F({a!r})"]
         elif name in UNARY:
             expr, derivs = UNARY[name]
         else:
@@ -135,7 +145,7 @@ def build_run(steps, n, used_later):
     fwd += [f"            {s}" for s in body]
     fwd += [f"            out{i}[b, j] = {value_of[s]}" for i, s in enumerate(outputs)]
 
-    adj = [f"a_{v} = 0.0" for v in [t for t, _ in grads] + list(leaves.values())]
+    adj = [f"a_{v} = F(0.0)" for v in [t for t, _ in grads] + list(leaves.values())]
     seed = [f"a_{value_of[s]} += gout{i}[b, j]" for i, s in enumerate(outputs)]
     back = []
     for t, parts in reversed(grads):
@@ -147,8 +157,8 @@ def build_run(steps, n, used_later):
     bwd = [f"def backward(B, {ins}, {gouts}, {gins}):", "    for b in range(B):", f"        for j in range({n}):"]
     bwd += [f"            {s}" for s in body + adj + seed + back + writes]
 
-    source = "\n".join(["import numpy as np", "from numba import njit", "", _TANH, "",
-                        "@njit(cache=True)"] + fwd + ["", "", "@njit(cache=True)"] + bwd) + "\n"
+    header = _HEADER.format(dtype=steps[-1][1].out_dtype.name)
+    source = "\n".join([header, _TANH, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
     return FusedRun(n, inputs, outputs, source)
 
 

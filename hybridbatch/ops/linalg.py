@@ -18,8 +18,10 @@ def _promote(x, shared, shape, left):
 def _shared_left(xp, a, b3):
     """a (m, n) shared times b3 (B, n, k) -> (B, m, k)."""
     B, n, k = b3.shape
-    if k == 1:   # W @ X^T, read transposed: OpenBLAS is up to 2x faster this way for small B
-        return (a @ b3.reshape(B, n).T).T.reshape(B, a.shape[0], 1)
+    if k == 1 and B >= 64:   # X W^T: rows out, as every later kernel reads them
+        return (b3.reshape(B, n) @ a.T).reshape(B, a.shape[0], 1)
+    if k == 1:   # W X^T, read back transposed: OpenBLAS is up to 2x faster for small B
+        return xp.ascontiguousarray((a @ b3.reshape(B, n).T).T).reshape(B, a.shape[0], 1)
     return (a @ b3.transpose(1, 0, 2).reshape(n, B * k)).reshape(a.shape[0], B, k).transpose(1, 0, 2)
 
 
