@@ -106,31 +106,50 @@ class HybridBlock(Block):
         scope = _scope.current()
         if not self._active or (scope is not None and scope.tracing):
             return self.forward(*args)      # plain, or inlined into an enclosing trace
+        if scope is not None and scope.granularity == "block":
+            return self._record_call(scope, args)
         handles, key, ints = [], [], []
         for a in args:
-            if a.__class__ is Future and a.scope is scope:     # the common case, first
-                handles.append(a)
-                key.append(scope.graph.type[a.id])
-                continue
             if isinstance(a, Parameter):
                 key.append(a)
-                continue
-            if isinstance(a, (int, np.integer)):
+            elif isinstance(a, (int, np.integer)):
                 key.append(INT)
                 ints.append(int(a))
-                continue
-            h = _as_handle(a, scope)
-            handles.append(h)
-            key.append(scope.graph.type[h.id] if scope is not None else h.sig.out_type)
-        key = tuple(key)
+            else:
+                h = _as_handle(a, scope)
+                handles.append(h)
+                key.append(scope.graph.type[h.id] if scope is not None else h.sig.out_type)
+        program = self._program(tuple(key))
+        if scope is None:
+            return program.replay(eager.apply, eager.constant, handles, ints)
+        if scope.granularity == "auto" and not self.auto_inline:
+            return scope.record_program(program, [h.id for h in handles], ints)
+        return program.replay(scope.record, scope.constant, handles, ints)
+
+    def _record_call(self, scope, args):
+        """Block granularity, the hot path: one graph node per call."""
+        types = scope.graph.type
+        ids, key, ints = [], [], []
+        for a in args:
+            if a.__class__ is Future and a.scope is scope:     # the common case, first
+                ids.append(a.id)
+                key.append(types[a.id])
+            elif isinstance(a, Parameter):
+                key.append(a)
+            elif isinstance(a, (int, np.integer)):
+                key.append(INT)
+                ints.append(int(a))
+            else:
+                i = _as_handle(a, scope).id
+                ids.append(i)
+                key.append(types[i])
+        return scope.record_program(self._program(tuple(key)), ids, ints)
+
+    def _program(self, key):
         program = self._programs.get(key)
         if program is None:
             program = self._programs[key] = self._trace(key)
-        if scope is None:
-            return program.replay(eager.apply, eager.constant, handles, ints)
-        if scope.granularity == "block" or (scope.granularity == "auto" and not self.auto_inline):
-            return scope.record_program(program, handles, ints)
-        return program.replay(scope.record, scope.constant, handles, ints)
+        return program
 
     def _trace(self, key):
         tracer = _scope.tracing()

@@ -63,6 +63,27 @@ class Graph:
         self.arg_end.append(len(self.args))
         return len(self.sig) - 1
 
+    def add_call(self, sig, out_type, depth, operands, aux, extra_outs):
+        """A multi-output node (a block call) and its extra-output nodes in one go.
+
+        extra_outs: (sig, out_type) of outputs 1.. ; each reads the node. Returns its id.
+        """
+        nid = len(self.sig)
+        self.sig.append(sig)
+        self.type.append(out_type)
+        self.depth.append(depth)
+        self.aux.append(aux)
+        self.args.extend(operands)
+        self.arg_end.append(len(self.args))
+        for out_sig, out_t in extra_outs:
+            self.sig.append(out_sig)
+            self.type.append(out_t)
+            self.depth.append(depth)
+            self.aux.append(-1)
+            self.args.append(nid)
+            self.arg_end.append(len(self.args))
+        return nid
+
     def delta(self, start):
         """numpy arrays for nodes [start, n): sig, depth, aux, arg_ptr (0-based), args.
 

@@ -143,8 +143,11 @@ class batching:
             g.origin.append(_caller())
         return g.add(sig.id, sig.out_type, depth, ids, aux)
 
-    def record_program(self, program, handles, ints=()):
-        """One node for a whole traced block call (block granularity), plus its extra outputs."""
+    def record_program(self, program, ids, ints=()):
+        """One node for a whole traced block call (block granularity), plus its extra outputs.
+
+        ids: the operand node ids. Returns one Future, or a tuple with one per output.
+        """
         g = self.graph
         if ints:
             program.check_ints(ints)
@@ -155,19 +158,17 @@ class batching:
                 g.aux_flat.extend(ints)
         else:
             aux = -1
-        ids = [h.id for h in handles]
         depth = 1
+        gdepth = g.depth
         for i in ids:
-            if g.depth[i] >= depth:
-                depth = g.depth[i] + 1
-        sig = program.sig
-        nid = self._add(sig, depth, ids, aux)
+            if gdepth[i] >= depth:
+                depth = gdepth[i] + 1
+        if g.origin is not None:
+            g.origin.extend([_caller()] * (1 + len(program.extra_out_sigs)))
+        nid = g.add_call(program.sig.id, program.sig.out_type, depth, ids, aux, program.extra_outs)
         if program.single:
             return Future(self, nid)
-        outs = [Future(self, nid)]
-        for out_sig in program.extra_out_sigs:
-            outs.append(Future(self, self._add(out_sig, depth, (nid,), -1)))
-        return tuple(outs)
+        return tuple([Future(self, nid + j) for j in range(len(program.outputs))])
 
     def constant(self, value):
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""

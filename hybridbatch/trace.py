@@ -84,6 +84,7 @@ class Program:
         self.op.id = next(_composite_ids)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
         self.extra_out_sigs = [signature.intern(Output, (j, t), ()) for j, t in enumerate(self.out_types) if j]
+        self.extra_outs = tuple((s.id, s.out_type) for s in self.extra_out_sigs)
 
     # -- block granularity: all steps on the stacked batch --------------------------------
     def _aux(self, op, code, ints, size):
