@@ -1,6 +1,7 @@
-"""Train the W1 Tree-LSTM sentiment classifier (WORKLOADS.md) eagerly or batched.
+"""Train the W1 Tree-LSTM sentiment classifier (WORKLOADS.md), or a W4 tree variant, eagerly or batched.
 
-The model (hybridbatch/models/tree_lstm.py) is a recursive Python function over ONE tree;
+The model (hybridbatch/models/tree_lstm.py; `--model` picks W4's tree_gru.py, the two-type
+Tree-LSTM or mv_rnn.py, on the same trees) is a recursive Python function over ONE tree;
 `--mode batched` records a minibatch inside `hb.batching()` and runs it in batches, `--mode
 eager` runs the same code tree by tree. Every epoch prints the mean training loss per tree,
 training throughput (forward + backward + SGD update, trees per second) and the root
@@ -9,6 +10,7 @@ roots).
 
     python examples/treelstm_sst.py                                  # synthetic SST-shaped trees
     python examples/treelstm_sst.py --data ../shared/data/sst --limit 0 --epochs 1
+    python examples/treelstm_sst.py --model mvrnn                    # W4 MV-RNN (d = hidden / 4)
 """
 import argparse
 import os
@@ -20,7 +22,9 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch.bench.workload_treelstm import W1TreeLSTM  # noqa: E402
+from hybridbatch.bench.registry import make_workload  # noqa: E402
+
+MODELS = {"treelstm": "W1", "treegru": "W4-TREEGRU", "2type": "W4-2TYPE", "mvrnn": "W4-MVRNN"}
 
 
 def minibatches(items, size, rng):
@@ -54,6 +58,8 @@ def accuracy(workload, trees, batched, policy, granularity, batch):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", help="folder with SST train.txt / dev.txt (default: synthetic trees)")
+    ap.add_argument("--model", choices=sorted(MODELS), default="treelstm",
+                    help="W1 Tree-LSTM, or W4: Tree-GRU, two-type Tree-LSTM, MV-RNN")
     ap.add_argument("--mode", choices=("batched", "eager"), default="batched")
     ap.add_argument("--policy", default="agenda")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
@@ -66,14 +72,15 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
-    workload = W1TreeLSTM(hidden=args.hidden, data_dir=args.data, seed=args.seed,
-                          train_trees=args.limit or None, dev_trees=args.dev_limit or None)
+    workload = make_workload(MODELS[args.model], hidden=args.hidden, data_dir=args.data, seed=args.seed,
+                             train_trees=args.limit or None, dev_trees=args.dev_limit or None)
     workload.hybridize()
     train, dev = workload.train_instances(), workload.dev_instances()
     batched = args.mode == "batched"
     trainer = hb.Trainer(workload.parameters(), "sgd", {"learning_rate": args.lr})
     rng = np.random.default_rng(args.seed)
-    print(f"W1 {workload.data_source}: {len(train)} training trees, {len(dev)} dev trees, "
+    print(f"{workload.name}: {workload.description}")
+    print(f"{workload.data_source}: {len(train)} training trees, {len(dev)} dev trees, "
           f"vocabulary {len(workload.vocab)}, hidden {args.hidden}, {args.mode}"
           + (f" ({args.policy}, {args.granularity})" if batched else ""))
     for epoch in range(1, args.epochs + 1):

@@ -1,4 +1,6 @@
-"""Workload names (W1, W2, W3) -> Workload classes, imported only when asked for."""
+"""Workload names (W1 ... W6; W4 is three models) -> Workload classes, imported only when asked for.
+
+Names are upper case: the command line and `Config` upper-case what the user types."""
 from __future__ import annotations
 
 import importlib
@@ -8,11 +10,17 @@ WORKLOADS = {
     "W1": ("hybridbatch.bench.workload_treelstm", "W1TreeLSTM"),
     "W2": ("hybridbatch.bench.workload_tagger", "W2Tagger"),
     "W3": ("hybridbatch.bench.workload_tagger", "W3Tagger"),
+    "W4-TREEGRU": ("hybridbatch.bench.workload_tree_variants", "W4TreeGRU"),
+    "W4-2TYPE": ("hybridbatch.bench.workload_tree_variants", "W4TreeLSTM2Type"),
+    "W4-MVRNN": ("hybridbatch.bench.workload_tree_variants", "W4MVRNN"),
+    "W5": ("hybridbatch.bench.workload_nmt", "W5NMT"),
+    "W6": ("hybridbatch.bench.workload_lattice", "W6Lattice"),
 }
 
-# granularity used when the command line names none: Tree-LSTM nodes are one hybridized
-# block call each; the taggers' cells likewise
-DEFAULT_GRANULARITY = {"W1": "block", "W2": "block", "W3": "block"}
+# granularity used when the command line names none: every tree node, recurrent step, lattice
+# cell and per-step output of these models is one hybridized block call
+DEFAULT_GRANULARITY = {"W1": "block", "W2": "block", "W3": "block", "W4-TREEGRU": "block",
+                       "W4-2TYPE": "block", "W4-MVRNN": "block", "W5": "block", "W6": "block"}
 
 
 class UnknownWorkload(LookupError):

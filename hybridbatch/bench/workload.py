@@ -51,3 +51,13 @@ class Workload:
         Training is counted as 3x this (forward, and two products per matmul backward).
         """
         raise NotImplementedError
+
+
+REFERENCE_HIDDEN = 256
+
+
+def scaled(size, hidden):
+    """WORKLOADS.md size `size` at the harness's `hidden` knob, whose default 256 means the
+    reference sizes: a workload whose sizes are not 256 (MV-RNN d = 64, the Lattice LSTM's 50
+    and 100) scales them by hidden / 256, so that `--hidden` and the hidden sweep vary them."""
+    return max(1, round(size * hidden / REFERENCE_HIDDEN))
