@@ -82,14 +82,13 @@ class RecurrentStep(HybridBlock):
     def forward(self, p, h=None, c=None):
         H, o = self.hidden, self.offset
         z = p[o:o + 4 * H]
-        if h is None:
-            s = hb.sigmoid(z[:3 * H])
-            c = s[:H] * hb.tanh(z[3 * H:])
-        else:
+        if h is not None:
             z = hb.affine(self.weight, h, z)
-            s = hb.sigmoid(z[:3 * H])
-            c = s[H:2 * H] * c + s[:H] * hb.tanh(z[3 * H:])
-        return s[2 * H:] * hb.tanh(c), c
+        # one sigmoid per gate (not one over 3H): every op of the gate math then has length
+        # H, so the block's elementwise tail fuses into one kernel
+        i, f, o_, g = (z[k * H:(k + 1) * H] for k in range(4))
+        c = hb.sigmoid(i) * hb.tanh(g) if h is None else hb.sigmoid(f) * c + hb.sigmoid(i) * hb.tanh(g)
+        return hb.sigmoid(o_) * hb.tanh(c), c
 
 
 # -- hoist=False: nn.LSTMCell over [x; h] per step ---------------------------------------------
