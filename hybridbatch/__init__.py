@@ -6,7 +6,7 @@
 from . import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
 from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu, exp, log, add_n,
                   concat, slice, split, reshape, sum, lookup, pick, log_softmax, pick_neg_log_softmax,
-                  py_func)
+                  py_func, learn_policy, FSMPolicy)
 from .block import Block, HybridBlock
 from .eager import Tensor
 from . import nn
@@ -25,4 +25,5 @@ __all__ = [
     "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
     "NumericsError", "Future", "Parameter", "batching", "Stats",
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
+    "learn_policy", "FSMPolicy",
 ]

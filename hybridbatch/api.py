@@ -6,6 +6,8 @@ from .future import Future
 from .ops import elementwise as E, linalg as L, shape as S, index as I, custom as C
 from .ops.shape import normalize_index
 from .parameter import Parameter
+from .schedule.fsm import FSMPolicy  # noqa: F401  (public: hb.FSMPolicy.load)
+from .schedule.learn import learn_policy  # noqa: F401  (public: hb.learn_policy)
 from .scope import _local
 from . import operators
 

@@ -12,6 +12,7 @@ from numba import njit
 from .ops.shape import Input, Output
 from .plan_cache import CACHE
 from .schedule import GraphView, lower_bound
+from .type_keys import type_keys
 from . import backend, signature
 
 SLICE, TAKE, MIXED = 0, 1, 2
@@ -145,7 +146,7 @@ class Plan:
             args_local[inside] -= out_index[sig_local[args_local[inside]]]
         self.view = GraphView(sig_local, depth, arg_ptr, args_local, executable,
                               np.array([not op.batchable for op in ops], np.bool_),
-                              np.array([op.cost for op in ops], np.int64))
+                              np.array([op.cost for op in ops], np.int64), type_keys(sigs))
         order, bptr, self.cache_hit = CACHE.schedule(policy, self.view, sig)
         self.order, self.bptr = order, bptr
         self.args, self.arg_ptr = args, arg_ptr

@@ -5,10 +5,12 @@ all of one signature, each node's operands in earlier batches.
 """
 from .agenda import agenda
 from .depth import by_depth
+from .frontier import critical_path, greedy_frontier
 from .graph_view import GraphView  # noqa: F401
 from .lower_bound import lower_bound  # noqa: F401
 
-POLICIES = {"agenda": agenda, "depth": by_depth}
+POLICIES = {"agenda": agenda, "depth": by_depth, "greedy-frontier": greedy_frontier,
+            "critical-path": critical_path}
 
 
 def get_policy(policy):

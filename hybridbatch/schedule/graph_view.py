@@ -10,7 +10,8 @@ class GraphView:
 
     sig: compact signature per node (0..n_sigs-1); args: local ids of each node's operands,
     -1 for values computed in an earlier flush (already available); executable: False for
-    inputs. Per signature: unbatchable flags and op cost (agenda tie-break).
+    inputs. Per signature: unbatchable flags, op cost (agenda tie-break) and a stable key
+    (type_keys.py) by which a learned policy knows the signature in any flush or process.
     """
     sig: np.ndarray
     depth: np.ndarray
@@ -19,6 +20,7 @@ class GraphView:
     executable: np.ndarray
     unbatchable: np.ndarray
     cost: np.ndarray
+    sig_keys: tuple = ()
 
     @property
     def n_sigs(self):

@@ -1,0 +1,527 @@
+"""The step loop every dynamic policy runs (ED-Batch Alg. 1), in numba.
+
+A schedule repeats one step: pick a signature among those with ready nodes, run all its
+ready nodes, release their consumers. Policies differ only in the pick: agenda's average
+depth, the frontier ratio of ED-Batch's reward, the critical path, or a learned table.
+Everything here calls everything else, so it stays in one file: numba's on-disk cache does
+not notice a changed callee in another module.
+
+The frontier ratio of a signature a is |ready a| / |a-frontier|, where the a-frontier is the
+unexecuted a-nodes with no unexecuted a-node above them (ED-Batch's Frontier(G^a)). At 1,
+running a now loses nothing (ED-Batch Lemma 1). It needs, per (node, signature), how many
+operands still carry that signature from above (`carry`): O(signatures x (nodes + edges)) in
+all, so only the rules that read the ratio pay for it. The critical path needs each node's
+height (longest path below it): one more pass over the edges.
+"""
+import numpy as np
+from numba import njit
+
+AGENDA, FRONTIER, CRITICAL, TABLE = 0, 1, 2, 3      # how `run` picks the next signature
+BASE, MAX, SORT, PHASE = 0, 1, 2, 3       # state encodings (ED-Batch §2.3, plus our phase)
+FLAGS = 4                                  # a state element is vid * FLAGS + flags
+# the loop state's fields (see _start)
+INDEG, CONS_PTR, CONS, HEAD, TAIL, NEXT, NREADY, LEFT, HEIGHT, TOP = range(10)
+
+
+@njit(cache=True)
+def _ready_counts(executable, arg_ptr, args):
+    """Per node, how many of its operands are executed nodes of this flush (still pending)."""
+    n = arg_ptr.shape[0] - 1
+    indeg = np.zeros(n, np.int64)
+    for v in range(n):
+        for e in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[e]
+            if u >= 0 and executable[u]:
+                indeg[v] += 1
+    return indeg
+
+
+@njit(cache=True)
+def _consumers(executable, arg_ptr, args):
+    """Reverse edges (CSR): for each executed node, the executed nodes that read it."""
+    n = arg_ptr.shape[0] - 1
+    ptr = np.zeros(n + 1, np.int64)
+    for v in range(n):
+        if not executable[v]:
+            continue
+        for e in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[e]
+            if u >= 0 and executable[u]:
+                ptr[u + 1] += 1
+    for v in range(n):
+        ptr[v + 1] += ptr[v]
+    fill = ptr[:-1].copy()
+    out = np.empty(ptr[n], np.int64)
+    for v in range(n):
+        if not executable[v]:
+            continue
+        for e in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[e]
+            if u >= 0 and executable[u]:
+                out[fill[u]] = v
+                fill[u] += 1
+    return ptr, out
+
+
+@njit(cache=True)
+def _heights(executable, cons_ptr, cons):
+    """Per executed node, the longest path of executed nodes from it to a sink (>= 1)."""
+    n = executable.shape[0]
+    height = np.zeros(n, np.int64)
+    for v in range(n - 1, -1, -1):       # consumers come after their operands
+        if executable[v]:
+            h = 0
+            for e in range(cons_ptr[v], cons_ptr[v + 1]):
+                h = max(h, height[cons[e]])
+            height[v] = h + 1
+    return height
+
+
+@njit(cache=True, inline="always")
+def _push(v, s, loop):
+    """Append node v to signature s's FIFO of ready nodes (a linked list in arrays)."""
+    head, tail, nxt, nready = loop[HEAD], loop[TAIL], loop[NEXT], loop[NREADY]
+    if tail[s] < 0:
+        head[s] = v
+    else:
+        nxt[tail[s]] = v
+    tail[s] = v
+    nready[s] += 1
+
+
+@njit(cache=True)
+def _start(sig, executable, arg_ptr, args, n_sigs, with_heights):
+    """The loop's state before the first step: (pending operand counts, consumers (CSR),
+    ready FIFOs (head, tail, next), ready count, unexecuted count and highest ready node's
+    height per signature, node heights (empty unless asked for))."""
+    n = sig.shape[0]
+    indeg = _ready_counts(executable, arg_ptr, args)
+    cons_ptr, cons = _consumers(executable, arg_ptr, args)
+    height = _heights(executable, cons_ptr, cons) if with_heights else np.zeros(0, np.int64)
+    loop = (indeg, cons_ptr, cons, np.full(n_sigs, -1, np.int64), np.full(n_sigs, -1, np.int64),
+            np.full(n, -1, np.int64), np.zeros(n_sigs, np.int64), np.zeros(n_sigs, np.int64),
+            height, np.zeros(n_sigs, np.int64))
+    left, top = loop[LEFT], loop[TOP]
+    for v in range(n):
+        if executable[v]:
+            left[sig[v]] += 1
+            if indeg[v] == 0:
+                _push(v, sig[v], loop)
+                if with_heights:
+                    top[sig[v]] = max(top[sig[v]], height[v])
+    return loop
+
+
+@njit(cache=True)
+def _take(s, sig, unbatchable, order, bptr, pos, nb, loop):
+    """Run every ready node of s (one batch, or one each if unbatchable); release consumers.
+
+    Returns the new (pos, nb)."""
+    indeg, cons_ptr, cons, head, tail, nxt, nready, left, height, top = loop
+    start = pos
+    for _ in range(nready[s]):
+        v = head[s]
+        head[s] = nxt[v]
+        nxt[v] = -1
+        order[pos] = v
+        pos += 1
+    left[s] -= nready[s]
+    nready[s] = 0
+    tail[s] = -1
+    top[s] = 0
+    order[start:pos] = np.sort(order[start:pos])
+    if unbatchable[s]:       # every ready node of it, one batch each, before choosing again
+        for k in range(start, pos):
+            nb += 1
+            bptr[nb] = k + 1
+    else:
+        nb += 1
+        bptr[nb] = pos
+    for k in range(start, pos):
+        v = order[k]
+        for e in range(cons_ptr[v], cons_ptr[v + 1]):
+            w = cons[e]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                _push(w, sig[w], loop)
+    if height.shape[0]:      # a separate pass: in the loop above it slows agenda by a fifth
+        for k in range(start, pos):
+            v = order[k]
+            for e in range(cons_ptr[v], cons_ptr[v + 1]):
+                w = cons[e]
+                if indeg[w] == 0:
+                    top[sig[w]] = max(top[sig[w]], height[w])
+    return pos, nb
+
+
+@njit(cache=True)
+def _carry_start(sig, executable, done, arg_ptr, args, n_sigs):
+    """carry[v, a]: operands of v that are a-nodes or have an a-node above them, among the
+    unexecuted (not `done`) nodes; front[a]: the size of the a-frontier."""
+    n = sig.shape[0]
+    carry = np.zeros((n, n_sigs), np.int32)
+    front = np.zeros(n_sigs, np.int64)
+    for v in range(n):
+        if not executable[v] or done[v]:
+            continue
+        for e in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[e]
+            if u < 0 or not executable[u] or done[u]:
+                continue
+            for a in range(n_sigs):
+                if carry[u, a] > 0 or sig[u] == a:
+                    carry[v, a] += 1
+        if carry[v, sig[v]] == 0:
+            front[sig[v]] += 1
+    return carry, front
+
+
+@njit(cache=True)
+def _carry_release(batch, a, sig, carry, front, cons_ptr, cons, stack):
+    """Update carry/front after the ready a-nodes `batch` ran: nodes below them that no
+    longer have an a-node above them stop carrying a, and a-nodes among them join the
+    a-frontier. Each (edge, signature) is released at most once, so `stack` needs one slot
+    per edge."""
+    sp = 0
+    for v in batch:
+        front[a] -= 1
+        for e in range(cons_ptr[v], cons_ptr[v + 1]):
+            stack[sp] = cons[e]
+            sp += 1
+    while sp > 0:
+        sp -= 1
+        w = stack[sp]
+        carry[w, a] -= 1
+        if carry[w, a] == 0:
+            if sig[w] == a:
+                front[a] += 1
+            else:
+                for e in range(cons_ptr[w], cons_ptr[w + 1]):
+                    stack[sp] = cons[e]
+                    sp += 1
+
+
+@njit(cache=True)
+def _pick(rule, nready, front, top, priority, cost):
+    """The ready signature a heuristic rule runs next. AGENDA: lowest average depth, then
+    lowest cost. FRONTIER: highest frontier ratio, then agenda's rule. CRITICAL: the
+    highest ready node (longest path still to run below it), then agenda's rule."""
+    best = -1
+    for s in range(nready.shape[0]):
+        if nready[s] == 0:
+            continue
+        if best < 0:
+            best = s
+            continue
+        mine = theirs = 0
+        if rule == FRONTIER:          # ratios nready / front, cross-multiplied
+            mine, theirs = nready[s] * front[best], nready[best] * front[s]
+        elif rule == CRITICAL:
+            mine, theirs = top[s], top[best]
+        if mine > theirs or (mine == theirs and (priority[s] < priority[best] or (
+                priority[s] == priority[best] and cost[s] < cost[best]))):
+            best = s
+    return best
+
+
+@njit(cache=True)
+def _state(encoding, loop, vid, key):
+    """The state of the ready set as a key over stable type ids: fills key, returns its
+    length (-1 if it does not fit). Elements are vid * FLAGS + flags.
+
+    BASE: ready types by vid. MAX: BASE, flag 1 on the most frequent. SORT: by ready count,
+    most first. PHASE: by the height of the highest ready node, highest first (how much is
+    left below the type: where in the run the graph is), flag 1 when the batch would finish
+    the type."""
+    nready, left, top = loop[NREADY], loop[LEFT], loop[TOP]
+    k = 0
+    span = 0
+    for s in range(nready.shape[0]):
+        if nready[s] > 0:
+            if k == key.shape[0]:
+                return -1
+            key[k] = s
+            k += 1
+            span = max(span, vid[s] + 1)
+    rank = np.empty(k, np.int64)
+    for i in range(k):
+        s = key[i]
+        rank[i] = vid[s]
+        if encoding == SORT:
+            rank[i] -= nready[s] * span
+        elif encoding == PHASE:
+            rank[i] -= top[s] * span
+    ready = key[:k][np.argsort(rank)]
+    most = 0
+    for i in range(k):
+        s, m = ready[i], ready[most]
+        if nready[s] > nready[m] or (nready[s] == nready[m] and vid[s] < vid[m]):
+            most = i
+    for i in range(k):
+        s = ready[i]
+        flags = 0
+        if encoding == MAX and i == most:
+            flags = 1
+        elif encoding == PHASE and nready[s] == left[s]:
+            flags = 1
+        key[i] = vid[s] * FLAGS + flags
+    return k
+
+
+@njit(cache=True)
+def _hash(key, k):
+    h = np.uint64(1469598103934665603)
+    for i in range(k):
+        h = (h ^ np.uint64(key[i] + 1)) * np.uint64(1099511628211)
+    return h
+
+
+@njit(cache=True)
+def _find(slots, skeys, slen, key, k):
+    """The table slot holding this exact key: (slot, state id), state id -1 if absent."""
+    mask = slots.shape[0] - 1
+    i = np.int64(_hash(key, k) & np.uint64(mask))
+    while True:
+        sid = slots[i]
+        if sid < 0:
+            return i, -1
+        if slen[sid] == k:
+            same = True
+            for j in range(k):
+                if skeys[sid, j] != key[j]:
+                    same = False
+                    break
+            if same:
+                return i, sid
+        i = (i + 1) & mask
+
+
+@njit(cache=True)
+def index_states(skeys, slen, n_states):
+    """The open-addressing slots (state ids, -1 empty) for the first n_states keys."""
+    size = 8
+    while size < 2 * n_states:
+        size *= 2
+    slots = np.full(size, -1, np.int64)
+    for sid in range(n_states):
+        i, _ = _find(slots, skeys, slen, skeys[sid], slen[sid])
+        slots[i] = sid
+    return slots
+
+
+@njit(cache=True)
+def fallback_rule(encoding):
+    """The heuristic a table falls back to (and starts from): the one its state reflects."""
+    return CRITICAL if encoding == PHASE else FRONTIER
+
+
+@njit(cache=True)
+def _n_executed(executable):
+    n = 0
+    for v in range(executable.shape[0]):
+        if executable[v]:
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, encoding, slots, skeys, slen, act):
+    """The schedule (order, batch_ptr) and how many steps fell back to a heuristic.
+
+    rule AGENDA, FRONTIER or CRITICAL: that heuristic. TABLE: the action act[state] of the
+    learned table for the state's key, and for a state not in it the encoding's fallback
+    heuristic. The frontier bookkeeping starts at the first step that needs it, so a table
+    that covers the graph costs about what agenda does."""
+    n = sig.shape[0]
+    n_sigs = priority.shape[0]
+    fallback = fallback_rule(encoding) if rule == TABLE else rule
+    loop = _start(sig, executable, arg_ptr, args, n_sigs, fallback == CRITICAL)
+    nready, cons_ptr, cons, top = loop[NREADY], loop[CONS_PTR], loop[CONS], loop[TOP]
+    n_exec = _n_executed(executable)
+    order = np.empty(n_exec, np.int64)
+    bptr = np.empty(n_exec + 1, np.int64)
+    bptr[0] = 0
+    pos = nb = fallbacks = 0
+    tracking = False
+    carry, front = np.zeros((0, n_sigs), np.int32), np.zeros(n_sigs, np.int64)
+    stack = np.empty(0, np.int64)
+    key = np.empty(skeys.shape[1], np.int64)
+    local = np.full(vid.max() + 1 if n_sigs else 0, -1, np.int64)      # vid -> this view's signature
+    for s in range(n_sigs):
+        local[vid[s]] = s
+    while pos < n_exec:
+        best = -1
+        if rule == TABLE:
+            k = _state(encoding, loop, vid, key)
+            if k >= 0:
+                _, sid = _find(slots, skeys, slen, key, k)
+                if sid >= 0 and nready[local[act[sid]]] > 0:
+                    best = local[act[sid]]
+            if best < 0:
+                fallbacks += 1
+        if best < 0:
+            if fallback == FRONTIER and not tracking:
+                done = np.zeros(n, np.bool_)
+                done[order[:pos]] = True
+                carry, front = _carry_start(sig, executable, done, arg_ptr, args, n_sigs)
+                stack = np.empty(cons.shape[0] + 1, np.int64)
+                tracking = True
+            best = _pick(fallback, nready, front, top, priority, cost)
+        start = pos
+        pos, nb = _take(best, sig, unbatchable, order, bptr, pos, nb, loop)
+        if tracking:
+            _carry_release(order[start:pos], best, sig, carry, front, cons_ptr, cons, stack)
+    return order, bptr[:nb + 1], fallbacks
+
+
+@njit(cache=True)
+def _greedy(q, seen, sid, nready, vid):
+    """The ready signature with the highest Q among those tried in state sid (ties: lowest
+    vid); -1 if none was tried."""
+    best = -1
+    for s in range(nready.shape[0]):
+        a = vid[s]
+        if nready[s] > 0 and seen[sid, a] and (best < 0 or q[sid, a] > q[sid, vid[best]] or (
+                q[sid, a] == q[sid, vid[best]] and a < vid[best])):
+            best = s
+    return best
+
+
+@njit(cache=True)
+def _grow_states(skeys, slen, q, seen):
+    n = skeys.shape[0]
+    skeys2 = np.full((2 * n, skeys.shape[1]), -1, np.int64)
+    slen2 = np.full(2 * n, -1, np.int64)
+    q2 = np.zeros((2 * n, q.shape[1]), np.float64)
+    seen2 = np.zeros((2 * n, q.shape[1]), np.int64)
+    skeys2[:n] = skeys
+    slen2[:n] = slen
+    q2[:n] = q
+    seen2[:n] = seen
+    return skeys2, slen2, q2, seen2
+
+
+@njit(cache=True)
+def episode(sig, executable, unbatchable, priority, cost, arg_ptr, args, vid, encoding,
+            slots, skeys, slen, q, seen, n_states, alpha, eps, lr, n_step, seed):
+    """One Q-learning episode over the graph (tabular, n-step returns, epsilon-greedy).
+
+    Reward per step: -batches + alpha * frontier ratio of the chosen type (ED-Batch Eq. 1).
+    Greedy is the best action tried in the state (seen[state, type]: times tried), or the
+    fallback heuristic's pick in a state with none tried, so learning starts from the
+    heuristic. A step's return is bootstrapped on the state n_step later if that state has
+    a tried action, else on a later one (or the end). The first return of an action sets
+    its Q; later ones move it by the learning rate lr.
+    Returns the (possibly grown) table and its size."""
+    np.random.seed(seed)
+    n = sig.shape[0]
+    n_sigs = priority.shape[0]
+    fallback = fallback_rule(encoding)
+    loop = _start(sig, executable, arg_ptr, args, n_sigs, fallback == CRITICAL)
+    nready, cons_ptr, cons, top = loop[NREADY], loop[CONS_PTR], loop[CONS], loop[TOP]
+    n_exec = _n_executed(executable)
+    order = np.empty(n_exec, np.int64)
+    bptr = np.zeros(n_exec + 1, np.int64)
+    carry, front = _carry_start(sig, executable, np.zeros(n, np.bool_), arg_ptr, args, n_sigs)
+    stack = np.empty(cons.shape[0] + 1, np.int64)
+    key = np.empty(skeys.shape[1], np.int64)
+    steps_sid = np.empty(n_exec + 1, np.int64)
+    steps_act = np.empty(n_exec + 1, np.int64)
+    returns = np.zeros(n_exec + 2, np.float64)        # prefix sums of the rewards
+    pos = nb = t = pending = 0                         # steps [pending, t) await their update
+    while True:
+        sid = k = -1
+        best = -1
+        if pos < n_exec:
+            k = _state(encoding, loop, vid, key)
+            slot, sid = _find(slots, skeys, slen, key, k)
+            if sid < 0:
+                if n_states == skeys.shape[0]:
+                    skeys, slen, q, seen = _grow_states(skeys, slen, q, seen)
+                sid = n_states
+                n_states += 1
+                skeys[sid, :k] = key[:k]
+                slen[sid] = k
+                if 2 * n_states > slots.shape[0]:
+                    slots = index_states(skeys, slen, n_states)
+                else:
+                    slots[slot] = sid
+            best = _greedy(q, seen, sid, nready, vid)
+        if best >= 0 or pos == n_exec:
+            value = q[sid, vid[best]] if best >= 0 else 0.0
+            last = t - n_step + 1 if pos < n_exec else t
+            for j in range(pending, last):
+                s_j, a_j = steps_sid[j], steps_act[j]
+                seen[s_j, a_j] += 1
+                q[s_j, a_j] += max(lr, 1.0 / seen[s_j, a_j]) * (returns[t] - returns[j] + value - q[s_j, a_j])
+            pending = max(pending, last)
+        if pos == n_exec:
+            break
+        if np.random.random() < eps:
+            r = np.random.randint(0, k)
+            for s in range(n_sigs):
+                if nready[s] > 0:
+                    if r == 0:
+                        best = s
+                        break
+                    r -= 1
+        elif best < 0:
+            best = _pick(fallback, nready, front, top, priority, cost)
+        ratio = nready[best] / front[best]
+        start, nb0 = pos, nb
+        pos, nb = _take(best, sig, unbatchable, order, bptr, pos, nb, loop)
+        _carry_release(order[start:pos], best, sig, carry, front, cons_ptr, cons, stack)
+        steps_sid[t] = sid
+        steps_act[t] = vid[best]
+        returns[t + 1] = returns[t] - (nb - nb0) + alpha * ratio
+        t += 1
+    return slots, skeys, slen, q, seen, n_states
+
+
+@njit(cache=True)
+def greedy_actions(q, seen, skeys, slen, n_states):
+    """The table a Q function stands for: per state, the vid of its best tried member."""
+    act = np.empty(n_states, np.int64)
+    for sid in range(n_states):
+        best = -1
+        for j in range(slen[sid]):
+            a = skeys[sid, j] // FLAGS
+            if seen[sid, a] and (best < 0 or q[sid, a] > q[sid, best] or (
+                    q[sid, a] == q[sid, best] and a < best)):
+                best = a
+        act[sid] = best
+    return act
+
+
+def average_depth(sig, depth, executable, n_sigs):
+    """Mean depth of the executed nodes of each signature (DyNet's priority)."""
+    w = executable.astype(np.float64)
+    total = np.bincount(sig, weights=depth * w, minlength=n_sigs)
+    count = np.bincount(sig, weights=w, minlength=n_sigs)
+    return total / np.maximum(count, 1)
+
+
+_NO_TABLE = (np.full(8, -1, np.int64), np.zeros((0, 1), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
+def schedule(view, rule, vid=None, encoding=BASE, table=_NO_TABLE):
+    """run() on a GraphView: (order, batch_ptr, fallbacks). vid: stable type id per
+    signature (TABLE only); table: (slots, state keys, key lengths, action per state)."""
+    priority = average_depth(view.sig, view.depth, view.executable, view.n_sigs)
+    vid = np.arange(view.n_sigs, dtype=np.int64) if vid is None else vid
+    return run(view.sig, view.executable, view.unbatchable, priority, view.cost, view.arg_ptr, view.args,
+               rule, vid, encoding, *table)
+
+
+def greedy_frontier(view):
+    """ED-Batch's sufficient-condition heuristic: each step runs the ready signature whose
+    frontier ratio is highest (1: no later schedule does better by waiting)."""
+    order, bptr, _ = schedule(view, FRONTIER)
+    return order, bptr
+
+
+def critical_path(view):
+    """Each step runs the signature of the ready node with the longest path still below it:
+    what holds up the end of the run goes first (weighted majority merge for chains)."""
+    order, bptr, _ = schedule(view, CRITICAL)
+    return order, bptr

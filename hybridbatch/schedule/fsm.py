@@ -1,0 +1,103 @@
+"""ED-Batch's finite-state-machine policy (§2.2): a table from the state of the ready set
+to the signature to run next, learned per model (learn.py), looked up in numba per step.
+
+Types are named by their stable keys (GraphView.sig_keys), so a table learned in one
+process schedules flushes of another. A state never seen in training (new types, an
+unusual mix) falls back to the encoding's heuristic: the frontier ratio, or for "phase"
+the critical path.
+"""
+import json
+
+import numpy as np
+
+from .frontier import BASE, FLAGS, MAX, SORT, PHASE, TABLE, index_states, schedule
+
+ENCODINGS = {"base": BASE, "max": MAX, "sort": SORT, "phase": PHASE}
+FORMAT = "hybridbatch.fsm-policy/1"
+
+
+def encoding_code(name):
+    try:
+        return ENCODINGS[name]
+    except KeyError:
+        raise ValueError(f"unknown state encoding {name!r}; expected one of {sorted(ENCODINGS)}") from None
+
+
+def keys_of(view):
+    """The view's stable type keys (one distinct key per signature), or ValueError."""
+    keys = view.sig_keys
+    if len(keys) != view.n_sigs or len(set(keys)) != len(keys):
+        raise ValueError(f"a learned policy knows types by their names: the GraphView needs one distinct "
+                         f"sig_key per signature ({view.n_sigs}), not {len(keys)} with {len(set(keys))} distinct")
+    return keys
+
+
+class FSMPolicy:
+    """A learned batching policy: call it on a GraphView, or pass it to hb.batching(policy=).
+
+    types: stable keys, a type's position is its id in the states; states: per state, the
+    key elements (type id * FLAGS + flags, see frontier._state); actions: the type id to run.
+    Hashes by identity, as the plan cache expects of a policy. Learning sets `batches` and
+    `lower_bound`: the table's batch count and the bound, summed over the samples.
+    """
+
+    def __init__(self, types, encoding, states, actions):
+        self.types = list(types)
+        self.encoding = encoding
+        self._code = encoding_code(encoding)
+        self._ids = {k: i for i, k in enumerate(self.types)}
+        self.states = [list(map(int, s)) for s in states]
+        self.actions = [int(a) for a in actions]
+        self.batches = self.lower_bound = None
+        if len(self.states) != len(self.actions):
+            raise ValueError(f"{len(self.states)} states but {len(self.actions)} actions")
+        width = max(1, len(self.types))
+        skeys = np.full((len(self.states), width), -1, np.int64)
+        slen = np.zeros(len(self.states), np.int64)
+        for i, (state, action) in enumerate(zip(self.states, self.actions)):
+            members = {e // FLAGS for e in state}
+            if len(state) > width or action not in members or not members <= set(range(len(self.types))):
+                raise ValueError(f"state {i} {state} -> {action}: not a state over {len(self.types)} types "
+                                 f"whose action is one of its ready types")
+            skeys[i, :len(state)] = state
+            slen[i] = len(state)
+        self._table = (index_states(skeys, slen, len(self.states)), skeys, slen,
+                       np.array(self.actions, np.int64))
+
+    def type_ids(self, view):
+        """Per signature of the view, its type id; a type the table never saw (or a view
+        without names) gets a fresh id past the known ones, so a state holding it is unseen."""
+        known = len(self.types)
+        keys = view.sig_keys if len(view.sig_keys) == view.n_sigs else [None] * view.n_sigs
+        return np.array([self._ids.get(k, known + s) for s, k in enumerate(keys)], np.int64)
+
+    def schedule(self, view):
+        """(order, batch_ptr, steps that fell back to the heuristic)."""
+        return schedule(view, TABLE, self.type_ids(view), self._code, self._table)
+
+    def __call__(self, view):
+        order, bptr, _ = self.schedule(view)
+        return order, bptr
+
+    def to_json(self):
+        return {"format": FORMAT, "encoding": self.encoding, "types": self.types,
+                "states": self.states, "actions": self.actions}
+
+    def save(self, path):
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f)
+
+    @classmethod
+    def load(cls, path):
+        """A policy saved by save(); ValueError naming the file if it is not one."""
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            if data.get("format") != FORMAT:
+                raise ValueError(f"format is {data.get('format')!r}, not {FORMAT!r}")
+            return cls(data["types"], data["encoding"], data["states"], data["actions"])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path}: not a saved FSM policy: {e}") from None
+
+    def __repr__(self):
+        return f"FSMPolicy({self.encoding!r}, {len(self.types)} types, {len(self.states)} states)"
