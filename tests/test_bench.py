@@ -106,3 +106,29 @@ def test_w1_reads_real_layout(tmp_path):
 def test_unknown_workload():
     with pytest.raises(UnknownWorkload):
         make_workload("W99")
+
+
+def test_policies_command_writes_table_png_and_json(tmp_path, capsys):
+    out = tmp_path / "policies.json"
+    args = ["policies", "--workloads", "w1,W4-2type", "--hidden", "8", "--batch", "4", "--eval-batches", "2",
+            "--no-progress", "--json", str(out)]
+    assert cli.main(args) == 0
+    assert (tmp_path / "policies.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    res = json.loads(out.read_text())
+    assert [r["workload"] for r in res["results"]] == ["W1", "W4-2TYPE"]
+    for r in res["results"]:
+        assert r["eval_minibatches"] == 2 and r["lower_bound"] > 0
+        for name, p in r["policies"].items():
+            assert p["batches"] >= p["lower_bound"] == r["lower_bound"], name
+            assert p["train_throughput"] > 0 and p["schedule_seconds"] > 0
+            assert (p["learn_seconds"] is not None) == name.startswith("fsm-")
+        # the learned policies never do worse than agenda on these small trees
+        assert min(r["policies"][n]["batches"] for n in res["policies"] if n.startswith("fsm-")) \
+            <= r["policies"]["agenda"]["batches"]
+    text = capsys.readouterr().out
+    assert "batches executed" in text and "W4-2TYPE" in text
+
+
+def test_policies_command_rejects_unknown_workloads(capsys):
+    assert cli.main(["policies", "--workloads", "W1,W99", "--no-progress"]) == 2
+    assert "W99" in capsys.readouterr().err

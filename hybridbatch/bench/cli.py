@@ -7,6 +7,7 @@ import os
 import sys
 
 from .harness import Config, run_benchmark
+from .policies import WORKLOADS as POLICY_WORKLOADS, compare_policies, format_policies, plot_policies
 from .registry import WORKLOADS, UnknownWorkload
 from .report import format_result, format_sweep
 from .sweep import SWEEPS, plot_sweep, run_sweep
@@ -23,6 +24,12 @@ examples:
   python -m hybridbatch.bench W1
   python -m hybridbatch.bench W1 --data ../shared/data/sst --json w1.json
   python -m hybridbatch.bench W1 --sweep hidden --json w1_hidden.json   # + w1_hidden.png
+  python -m hybridbatch.bench policies --data ../shared/data --json policies.json  # + policies.png
+
+`policies` compares every scheduling policy (depth, agenda, greedy-frontier, critical-path
+and the learned fsm-base/max/sort/phase) on every workload (or --workloads): batches
+executed against the lower bound, policy learning time, scheduling time against agenda and
+training throughput; it writes a bar chart PNG.
 """
 
 
@@ -30,11 +37,17 @@ def build_parser():
     ap = argparse.ArgumentParser(prog="python -m hybridbatch.bench", epilog=EPILOG,
                                  description="Benchmark a reference workload, batched vs eager.",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workload", metavar="WORKLOAD", type=str.upper, choices=sorted(WORKLOADS),
-                    help="one of " + ", ".join(WORKLOADS))
+    ap.add_argument("workload", metavar="WORKLOAD", type=str.upper, choices=sorted(WORKLOADS) + ["POLICIES"],
+                    help="one of " + ", ".join(WORKLOADS) + ", or policies")
+    ap.add_argument("--workloads", default=",".join(POLICY_WORKLOADS),
+                    help="policies: comma-separated workloads (all)")
+    ap.add_argument("--eval-batches", type=int, default=4,
+                    help="policies: unseen minibatches each policy is judged on (4)")
+    ap.add_argument("--no-throughput", action="store_true",
+                    help="policies: count batches only, skip the training runs")
     ap.add_argument("--hidden", type=int, default=256, help="hidden size = embedding size (256)")
     ap.add_argument("--batch", type=int, default=64, help="minibatch size (64)")
-    ap.add_argument("--policy", default="agenda", help="scheduling policy: agenda or depth (agenda)")
+    ap.add_argument("--policy", default="agenda", help="scheduling policy: agenda, depth, greedy-frontier or critical-path (agenda)")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default=None,
                     help="recording granularity (default: the workload's, block for W1-W3)")
     ap.add_argument("--data", metavar="DIR", default=None,
@@ -85,11 +98,32 @@ def _write_json(path, obj):
         f.write("\n")
 
 
+def _policies(args, progress):
+    names = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
+    unknown = sorted(set(names) - set(WORKLOADS))
+    if unknown:
+        raise UnknownWorkload(f"unknown workload(s) {unknown}; expected some of {', '.join(WORKLOADS)}")
+    res = compare_policies(names, progress=progress, hidden=args.hidden, batch=args.batch,
+                           eval_batches=args.eval_batches, measure=not args.no_throughput,
+                           data=args.data, seed=args.seed, lr=args.lr)
+    plot = args.plot or (os.path.splitext(args.json)[0] + ".png" if args.json else "policies.png")
+    plot_policies(res, plot)
+    res["plot"] = plot
+    print(format_policies(res))
+    print(f"plot: {plot}")
+    if args.json:
+        _write_json(args.json, res)
+        print(f"json: {args.json}")
+    return 0
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args)
     progress = not args.no_progress
     try:
+        if args.workload == "POLICIES":
+            return _policies(args, progress)
         if args.sweep:
             sweep = run_sweep(cfg, args.sweep, progress=progress)
             plot = args.plot or (os.path.splitext(args.json)[0] + ".png" if args.json

@@ -1,0 +1,151 @@
+"""`python -m hybridbatch.bench policies`: every scheduling policy on every workload.
+
+Per workload, the learned policies are trained (`hb.learn_policy`) on the graph of ONE
+minibatch of training instances and judged on the next `eval_batches` minibatches, which
+they never saw. Batch counts and scheduling times come from running each policy on the same
+captured GraphViews (so every policy schedules the very same graphs); training throughput
+comes from `train_batched` with the policy in the scope, after a warm-up minibatch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+import time
+
+from ..optim import Trainer
+from ..schedule import get_policy, lower_bound
+from ..schedule.learn import capture_views, learn_policy
+from .harness import Config, _NoBar, _minibatches, _progress_bar, train_batched
+from .registry import DEFAULT_GRANULARITY, make_workload
+
+WORKLOADS = ("W1", "W2", "W3", "W4-TREEGRU", "W4-2TYPE", "W4-MVRNN", "W5", "W6")
+REAL_DATA = {"W1", "W2", "W3", "W4-TREEGRU", "W4-2TYPE", "W4-MVRNN"}   # read --data; W5, W6: synthetic
+# row name -> a policy name for hb.batching, or ("learn", encoding)
+POLICIES = {
+    "depth": "depth",
+    "agenda": "agenda",
+    "greedy-frontier": "greedy-frontier",
+    "critical-path": "critical-path",
+    "fsm-base": ("learn", "base"),
+    "fsm-max": ("learn", "max"),
+    "fsm-sort": ("learn", "sort"),
+    "fsm-phase": ("learn", "phase"),
+}
+
+
+def _schedule_seconds(policy, views, repeats=5):
+    """Median over repeats of the time to schedule every view once."""
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for v in views:
+            policy(v)
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
+
+
+MEASURED_BATCHES = 2     # timed training minibatches per policy, after one warm-up minibatch
+
+
+def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, data=None, seed=0,
+                     lr=0.05, progress=True):
+    """One workload's row of the comparison: per policy, batches, bound, times, throughput."""
+    wl = make_workload(name, hidden=hidden, data_dir=data if name in REAL_DATA else None, seed=seed)
+    wl.hybridize()
+    granularity = DEFAULT_GRANULARITY.get(name, "op")
+    pool = list(wl.train_instances())
+    need = batch * (2 + eval_batches + MEASURED_BATCHES)
+    if len(pool) < need:
+        raise ValueError(f"{name}: {len(pool)} training instances, the comparison needs {need}")
+    learn_on = pool[:batch]
+    judged = _minibatches(pool[batch:batch * (1 + eval_batches)], batch)
+    measured = pool[batch * (1 + eval_batches):need]
+    views = [v for mb in judged for v in capture_views(wl.loss, mb, granularity)]
+    bound = sum(lower_bound(v) for v in views)
+    cfg = Config(workload=name, hidden=hidden, batch=batch, granularity=granularity, lr=lr).resolved()
+    rows = {}
+    for row, spec in POLICIES.items():
+        learn_seconds = None
+        if isinstance(spec, tuple):
+            t0 = time.perf_counter()
+            policy = learn_policy(wl.loss, learn_on, encoding=spec[1], seed=seed, progress=False,
+                                  granularity=granularity)
+            learn_seconds = time.perf_counter() - t0
+        else:
+            policy = get_policy(spec)
+        batches = sum(len(policy(v)[1]) - 1 for v in views)
+        out = {"batches": batches, "lower_bound": bound, "ratio": batches / bound if bound else None,
+               "learn_seconds": learn_seconds, "schedule_seconds": _schedule_seconds(policy, views)}
+        if measure:
+            trainer = Trainer(wl.parameters(), "sgd", {"learning_rate": lr})
+            run_cfg = dataclasses.replace(cfg, policy=policy)
+            train_batched(wl, trainer, measured[:batch], run_cfg, _NoBar())          # warm-up
+            run = train_batched(wl, trainer, measured[batch:], run_cfg, _NoBar())
+            out["train_throughput"] = len(measured[batch:]) / run["seconds"]
+        rows[row] = out
+        if progress:
+            print(f"  {name} {row}: {batches} batches (bound {bound})", file=sys.stderr)
+    agenda_s = rows["agenda"]["schedule_seconds"]
+    for out in rows.values():
+        out["schedule_vs_agenda"] = out["schedule_seconds"] / agenda_s if agenda_s else None
+    return {"workload": name, "granularity": granularity, "eval_minibatches": len(judged),
+            "lower_bound": bound, "policies": rows}
+
+
+def compare_policies(workloads=WORKLOADS, progress=True, **options):
+    """compare_workload for each workload; returns a JSON-ready dict."""
+    bar = _progress_bar(len(workloads), progress, "policies")
+    results = []
+    try:
+        for name in workloads:
+            bar.set_description_str(f"policies {name}")
+            results.append(compare_workload(name, progress=False, **options))
+            bar.update(1)
+    finally:
+        bar.close()
+    return {"policies": list(POLICIES), "options": options, "results": results}
+
+
+def format_policies(res):
+    """Batches (ratio to the lower bound) per workload and policy, then learning times."""
+    names = res["policies"]
+    width = max(max(len(n) for n in names), 13) + 2
+    head = f"{'workload':<12}{'bound':>7}" + "".join(f"{n:>{width}}" for n in names)
+    lines = ["batches executed (x lower bound), learned policies judged on unseen minibatches", head]
+    for r in res["results"]:
+        cells = [f"{p['batches']} ({p['ratio']:.2f})" if p["ratio"] else str(p["batches"])
+                 for p in (r["policies"][n] for n in names)]
+        lines.append(f"{r['workload']:<12}{r['lower_bound']:>7}" + "".join(f"{c:>{width}}" for c in cells))
+    lines += ["", "policy learning seconds / scheduling time vs agenda / training instances per second"]
+    for r in res["results"]:
+        parts = []
+        for n in names:
+            p = r["policies"][n]
+            learn = "-" if p["learn_seconds"] is None else f"{p['learn_seconds']:.1f}s"
+            thr = f" {p['train_throughput']:.0f}/s" if "train_throughput" in p else ""
+            parts.append(f"{n} {learn} {p['schedule_vs_agenda']:.2f}x{thr}")
+        lines.append(f"{r['workload']:<12}" + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def plot_policies(res, path):
+    """Grouped bars: batches / lower bound per workload, one bar per policy."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names, results = res["policies"], res["results"]
+    width = 0.8 / len(names)
+    fig, ax = plt.subplots(figsize=(max(8, 1.4 * len(results)), 4.5))
+    for k, n in enumerate(names):
+        xs = [i + (k - (len(names) - 1) / 2) * width for i in range(len(results))]
+        ax.bar(xs, [r["policies"][n]["ratio"] or 0 for r in results], width, label=n)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(range(len(results)), [r["workload"] for r in results])
+    ax.set_ylabel("batches / lower bound")
+    ax.set_title("Batches executed per scheduling policy (1.0 = lower bound)")
+    ax.legend(ncol=4, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
