@@ -25,6 +25,7 @@ from hybridbatch import signature
 from hybridbatch.schedule import POLICIES, GraphView, agenda, get_policy, lower_bound
 from hybridbatch.schedule.frontier import critical_path, greedy_frontier
 from hybridbatch.schedule.learn import learn_views
+from hybridbatch.schedule.lower_bound import path_bound, tight_lower_bound
 from test_scheduling import (LABELS, XS, chain, chain_loss, check_schedule, graph_views, make_view,
                              run_chains)
 
@@ -443,3 +444,57 @@ def test_learning_needs_named_types():
 def test_policies_are_registered_by_name():
     assert get_policy("greedy-frontier") is greedy_frontier
     assert get_policy("critical-path") is critical_path
+
+
+# ---------------------------------------------------------------------------------------
+# The path-pair bound: tighter where types interleave, never above the optimum
+# ---------------------------------------------------------------------------------------
+def test_path_bound_sees_opposite_interleavings():
+    view = build(chain(["a", "b", "a", "b"]) + chain(["b", "a", "b", "a"], start=4))
+    assert lower_bound(view) == 4
+    assert path_bound(view) == tight_lower_bound(view) == 5     # |SCS(abab, baba)|
+
+
+def optimum(view):
+    """Fewest batches by breadth-first search over executed sets (tiny graphs): each step
+    runs every ready node of one batchable type, or one ready unbatchable node."""
+    n = len(view.sig)
+    ex = [v for v in range(n) if view.executable[v]]
+    pos = {v: i for i, v in enumerate(ex)}
+    deps = []
+    for v in ex:
+        d = 0
+        for e in range(view.arg_ptr[v], view.arg_ptr[v + 1]):
+            stack = [int(view.args[e])]
+            while stack:                  # operands that are not executed pass their own on
+                u = stack.pop()
+                if u < 0:
+                    continue
+                if view.executable[u]:
+                    d |= 1 << pos[u]
+                else:
+                    stack += [int(view.args[k]) for k in range(view.arg_ptr[u], view.arg_ptr[u + 1])]
+        deps.append(d)
+    full, frontier, seen, steps = (1 << len(ex)) - 1, {0}, {0}, 0
+    while full not in frontier:
+        nxt = set()
+        for done in frontier:
+            ready = [i for i in range(len(ex)) if not done >> i & 1 and deps[i] & done == deps[i]]
+            for s in {int(view.sig[ex[i]]) for i in ready}:
+                group = [i for i in ready if view.sig[ex[i]] == s]
+                for batch in ([[i] for i in group] if view.unbatchable[s] else [group]):
+                    state = done | sum(1 << i for i in batch)
+                    if state not in seen:
+                        seen.add(state)
+                        nxt.add(state)
+        frontier, steps = nxt, steps + 1
+    return steps
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph_views(max_nodes=14))
+def test_tight_bound_never_exceeds_the_optimum(view):
+    best = optimum(view)
+    assert lower_bound(view) <= tight_lower_bound(view) <= best
+    for name in ("agenda", "critical-path"):
+        assert n_batches(POLICIES[name], view) >= best

@@ -43,3 +43,90 @@ def _lower_bound(sig, executable, unbatchable, arg_ptr, args, n_sigs):
 def lower_bound(view):
     """The lower bound on batches for a GraphView."""
     return int(_lower_bound(view.sig, view.executable, view.unbatchable, view.arg_ptr, view.args, view.n_sigs))
+
+
+# -- a tighter bound from pairs of dependency paths -----------------------------------------
+# A schedule is a sequence of batches, one type each. The nodes of a dependency path run in
+# strictly later batches one after another, so the schedule's type sequence contains the
+# path's type sequence as a subsequence; for two paths it is a common supersequence of both,
+# at least as long as their shortest one (|p| + |q| - LCS(p, q)). Where chains of types meet
+# in different orders (two node types interleaved in a tree, lattices) this exceeds Eq. 2.
+
+@njit(cache=True)
+def _longest_paths(executable, arg_ptr, args):
+    """Per node: executed nodes on the longest path ending at it, and its predecessor."""
+    n = arg_ptr.shape[0] - 1
+    length = np.zeros(n, np.int64)
+    pred = np.full(n, -1, np.int64)
+    consumed = np.zeros(n, np.bool_)
+    for v in range(n):
+        for e in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[e]
+            if u >= 0:
+                consumed[u] = True
+                if length[u] > length[v]:
+                    length[v] = length[u]
+                    pred[v] = u
+        if executable[v]:
+            length[v] += 1
+    return length, pred, consumed
+
+
+@njit(cache=True)
+def _scs_length(p, q):
+    """Length of the shortest common supersequence of two type sequences."""
+    m, k = p.shape[0], q.shape[0]
+    row = np.zeros(k + 1, np.int64)
+    for i in range(1, m + 1):
+        diag = 0
+        for j in range(1, k + 1):
+            up = row[j]
+            if p[i - 1] == q[j - 1]:
+                row[j] = diag + 1
+            elif row[j - 1] > row[j]:
+                row[j] = row[j - 1]
+            diag = up
+    return m + k - row[k]
+
+
+@njit(cache=True)
+def _path_pair_bound(sig, executable, arg_ptr, args, n_paths):
+    """Max over pairs of the n_paths longest sink-ending paths of their SCS length."""
+    length, pred, consumed = _longest_paths(executable, arg_ptr, args)
+    n = length.shape[0]
+    sinks = np.array([v for v in range(n) if not consumed[v] and length[v] > 0], np.int64)
+    if sinks.shape[0] == 0:
+        return 0
+    order = np.argsort(-length[sinks], kind="mergesort")[:n_paths]
+    chosen = sinks[order]
+    paths = []
+    for v in chosen:
+        seq = np.empty(length[v], np.int64)
+        k = length[v]
+        u = v
+        while u >= 0:
+            if executable[u]:
+                k -= 1
+                seq[k] = sig[u]
+            u = pred[u]
+        paths.append(seq)
+    best = 0
+    for i in range(len(paths)):
+        if paths[i].shape[0] > best:
+            best = paths[i].shape[0]
+        for j in range(i + 1, len(paths)):
+            s = _scs_length(paths[i], paths[j])
+            if s > best:
+                best = s
+    return best
+
+
+def path_bound(view, n_paths=48):
+    """The pairwise-path bound above, over the n_paths longest paths that end at a sink."""
+    return int(_path_pair_bound(view.sig, view.executable, view.arg_ptr, view.args, n_paths))
+
+
+def tight_lower_bound(view):
+    """max(Eq. 2, the path-pair bound): still a bound no schedule can beat, closer on
+    graphs whose types interleave."""
+    return max(lower_bound(view), path_bound(view))
