@@ -14,17 +14,14 @@ Words seen fewer than 5 times in the training sentences are UNK (W2) or embedded
 character BiLSTM (W3, `--chars`). `--limit 0` trains on every sentence.
 """
 import argparse
-import os
 import sys
 import time
 from collections import Counter
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
+from common import minibatches  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging  # noqa: E402
 from hybridbatch.data.paths import find_data_file  # noqa: E402
@@ -50,12 +47,6 @@ def load(args):
         dev = dev[:args.dev]
     pairs = lambda sents: [([t.form for t in s], [t.upos for t in s]) for s in sents]  # noqa: E731
     return pairs(train), pairs(dev)
-
-
-def minibatches(data, size, rng):
-    order = rng.permutation(len(data))
-    for i in range(0, len(order), size):
-        yield [data[j] for j in order[i:i + size]]
 
 
 def train_epoch(model, trainer, data, args, rng):

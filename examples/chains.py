@@ -10,7 +10,6 @@ takes a few plain-SGD steps on the minibatch with the agenda policy.
     python examples/chains.py [--chains 64] [--hidden 64] [--seed 0] [--steps 5]
 """
 import argparse
-import statistics
 import time
 
 import numpy as np

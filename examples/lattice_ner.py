@@ -16,33 +16,15 @@ line between sentences (e.g. Weibo NER), `lexicon.txt` one word per line; DIR ma
 their parent folder holding `lattice_ner/`.
 """
 import argparse
-import os
 import sys
-import time
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
+from common import run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.bench.workload_lattice import W6Lattice  # noqa: E402
 from hybridbatch.data import DataFormatError  # noqa: E402
-
-
-def minibatches(items, size, rng):
-    order = rng.permutation(len(items))
-    for i in range(0, len(items), size):
-        yield [items[j] for j in order[i:i + size]]
-
-
-def run(fn, args):
-    """Call fn() inside a batching scope (batched) or as is (eager)."""
-    if args.mode == "eager":
-        return fn()
-    with hb.batching(policy=args.policy, granularity=args.granularity):
-        return fn()
 
 
 def accuracy(workload, sentences, args):
@@ -50,7 +32,7 @@ def accuracy(workload, sentences, args):
     ok = n = ok_entity = n_entity = 0
     for i in range(0, len(sentences), args.batch):
         batch = sentences[i:i + args.batch]
-        logits = run(lambda: [workload.predict(s) for s in batch], args)
+        logits = run(lambda: [workload.predict(s) for s in batch], args.mode, args.policy, args.granularity)
         for sent, handles in zip(batch, logits):
             pred = np.array([int(np.argmax(h.asnumpy())) for h in handles])
             gold = np.asarray(sent.tags)
@@ -95,13 +77,7 @@ def main():
           f"{args.mode}" + (f" ({args.policy}, {args.granularity})" if args.mode == "batched" else ""))
     rng = np.random.default_rng(args.seed)
     for epoch in range(1, args.epochs + 1):
-        total, start = 0.0, time.perf_counter()
-        for batch in minibatches(train, args.batch, rng):
-            loss = run(lambda: hb.add_n([workload.loss(s) for s in batch]), args)
-            loss.backward()
-            trainer.step(len(batch))
-            total += loss.item()
-        seconds = time.perf_counter() - start
+        total, seconds = train_epoch(workload.loss, trainer, train, args, rng)
         acc, acc_entity = accuracy(workload, dev, args)
         print(f"epoch {epoch}: loss/character {total / chars:.3f}  {len(train) / seconds:.1f} sentences/s  "
               f"dev tag accuracy {100 * acc:.1f}% (entity characters {100 * acc_entity:.1f}%)")

@@ -17,32 +17,13 @@ aligned source word). The vocabularies are the most frequent training words (8,0
 """
 import argparse
 import math
-import os
-import sys
-import time
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
+from common import run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.bench.workload_nmt import W5NMT  # noqa: E402
-
-
-def minibatches(items, size, rng):
-    order = rng.permutation(len(items))
-    for i in range(0, len(items), size):
-        yield [items[j] for j in order[i:i + size]]
-
-
-def run(fn, args):
-    """Call fn() inside a batching scope (batched) or as is (eager)."""
-    if args.mode == "eager":
-        return fn()
-    with hb.batching(policy=args.policy, granularity=args.granularity):
-        return fn()
 
 
 def evaluate(workload, pairs, args):
@@ -50,7 +31,7 @@ def evaluate(workload, pairs, args):
     nll = correct = count = 0
     for i in range(0, len(pairs), args.batch):
         batch = pairs[i:i + args.batch]
-        logits = run(lambda: [workload.predict(p) for p in batch], args)
+        logits = run(lambda: [workload.predict(p) for p in batch], args.mode, args.policy, args.granularity)
         for pair, handles in zip(batch, logits):
             scores = np.stack([h.asnumpy() for h in handles]).astype(np.float64)
             gold = np.asarray(pair.target_out)
@@ -86,13 +67,7 @@ def main():
           + (f" ({args.policy}, {args.granularity})" if args.mode == "batched" else ""))
     rng = np.random.default_rng(args.seed)
     for epoch in range(1, args.epochs + 1):
-        total, start = 0.0, time.perf_counter()
-        for batch in minibatches(train, args.batch, rng):
-            loss = run(lambda: hb.add_n([workload.loss(p) for p in batch]), args)
-            loss.backward()
-            trainer.step(len(batch))
-            total += loss.item()
-        seconds = time.perf_counter() - start
+        total, seconds = train_epoch(workload.loss, trainer, train, args, rng)
         dev_loss, dev_acc = evaluate(workload, dev, args)
         print(f"epoch {epoch}: loss/word {total / words:.3f}  {len(train) / seconds:.1f} pairs/s  "
               f"dev loss/word {dev_loss:.3f} (perplexity {math.exp(dev_loss):.0f})  "

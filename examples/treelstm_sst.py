@@ -13,11 +13,8 @@ roots).
     python examples/treelstm_sst.py --model mvrnn                    # W4 MV-RNN (d = hidden / 4)
 """
 import argparse
-import os
-import time
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
+from common import run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
@@ -27,25 +24,11 @@ from hybridbatch.bench.registry import make_workload  # noqa: E402
 MODELS = {"treelstm": "W1", "treegru": "W4-TREEGRU", "2type": "W4-2TYPE", "mvrnn": "W4-MVRNN"}
 
 
-def minibatches(items, size, rng):
-    order = rng.permutation(len(items))
-    for i in range(0, len(items), size):
-        yield [items[j] for j in order[i:i + size]]
-
-
-def run(fn, batched, policy, granularity):
-    """Call fn() inside a batching scope (batched) or as is (eager)."""
-    if not batched:
-        return fn()
-    with hb.batching(policy=policy, granularity=granularity):
-        return fn()
-
-
-def accuracy(workload, trees, batched, policy, granularity, batch):
+def accuracy(workload, trees, mode, policy, granularity, batch):
     correct = binary_correct = binary_total = 0
     for i in range(0, len(trees), batch):
         chunk = trees[i:i + batch]
-        logits = run(lambda: [workload.predict(t)[0] for t in chunk], batched, policy, granularity)
+        logits = run(lambda: [workload.predict(t)[0] for t in chunk], mode, policy, granularity)
         for tree, out in zip(chunk, logits):
             scores = out.asnumpy()
             correct += int(np.argmax(scores) == tree.label)
@@ -84,14 +67,8 @@ def main():
           f"vocabulary {len(workload.vocab)}, hidden {args.hidden}, {args.mode}"
           + (f" ({args.policy}, {args.granularity})" if batched else ""))
     for epoch in range(1, args.epochs + 1):
-        total, start = 0.0, time.perf_counter()
-        for batch in minibatches(train, args.batch, rng):
-            loss = run(lambda: hb.add_n([workload.loss(t) for t in batch]), batched, args.policy, args.granularity)
-            loss.backward()
-            trainer.step(len(batch))
-            total += float(loss.asnumpy())
-        seconds = time.perf_counter() - start
-        acc, acc2 = accuracy(workload, dev, batched, args.policy, args.granularity, args.batch)
+        total, seconds = train_epoch(workload.loss, trainer, train, args, rng)
+        acc, acc2 = accuracy(workload, dev, args.mode, args.policy, args.granularity, args.batch)
         print(f"epoch {epoch}: loss/tree {total / len(train):.3f}  {len(train) / seconds:.1f} trees/s  "
               f"dev root accuracy {100 * acc:.1f}% (binary {100 * acc2:.1f}%)")
 

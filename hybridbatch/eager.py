@@ -8,7 +8,6 @@ import numpy as np
 from .autograd import accumulate_param
 from .errors import ScopeError
 from .future import Future
-from .ops import RowGrad
 from .ops.shape import Input, ParamRead
 from .parameter import Parameter
 from . import backend, signature

@@ -68,13 +68,7 @@ class Graph:
 
         extra_outs: (sig, out_type) of outputs 1.. ; each reads the node. Returns its id.
         """
-        nid = len(self.sig)
-        self.sig.append(sig)
-        self.type.append(out_type)
-        self.depth.append(depth)
-        self.aux.append(aux)
-        self.args.extend(operands)
-        self.arg_end.append(len(self.args))
+        nid = self.add(sig, out_type, depth, operands, aux)
         for out_sig, out_t in extra_outs:
             self.sig.append(out_sig)
             self.type.append(out_t)

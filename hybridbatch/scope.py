@@ -18,7 +18,7 @@ from .execute import run_forward
 from .future import Future
 from .granularity import choose_granularity
 from .graph import Graph, Growable
-from .ops.shape import Input, Output, ParamRead
+from .ops.shape import Input, ParamRead
 from .parameter import Parameter
 from .plan import Plan
 from .schedule import get_policy

@@ -98,6 +98,19 @@ def _write_json(path, obj):
         f.write("\n")
 
 
+def _report_with_plot(res, args, plot_fn, format_fn, default_png):
+    """Plot res (next to --json, or default_png), print its table, write --json."""
+    plot = args.plot or (os.path.splitext(args.json)[0] + ".png" if args.json else default_png)
+    plot_fn(res, plot)
+    res["plot"] = plot
+    print(format_fn(res))
+    print(f"plot: {plot}")
+    if args.json:
+        _write_json(args.json, res)
+        print(f"json: {args.json}")
+    return 0
+
+
 def _policies(args, progress):
     names = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
     unknown = sorted(set(names) - set(WORKLOADS))
@@ -106,15 +119,7 @@ def _policies(args, progress):
     res = compare_policies(names, progress=progress, hidden=args.hidden, batch=args.batch,
                            eval_batches=args.eval_batches, measure=not args.no_throughput,
                            data=args.data, seed=args.seed, lr=args.lr)
-    plot = args.plot or (os.path.splitext(args.json)[0] + ".png" if args.json else "policies.png")
-    plot_policies(res, plot)
-    res["plot"] = plot
-    print(format_policies(res))
-    print(f"plot: {plot}")
-    if args.json:
-        _write_json(args.json, res)
-        print(f"json: {args.json}")
-    return 0
+    return _report_with_plot(res, args, plot_policies, format_policies, "policies.png")
 
 
 def main(argv=None):
@@ -126,16 +131,7 @@ def main(argv=None):
             return _policies(args, progress)
         if args.sweep:
             sweep = run_sweep(cfg, args.sweep, progress=progress)
-            plot = args.plot or (os.path.splitext(args.json)[0] + ".png" if args.json
-                                 else f"sweep_{cfg.workload.upper()}.png")
-            plot_sweep(sweep, plot)
-            sweep["plot"] = plot
-            print(format_sweep(sweep))
-            print(f"plot: {plot}")
-            if args.json:
-                _write_json(args.json, sweep)
-                print(f"json: {args.json}")
-            return 0
+            return _report_with_plot(sweep, args, plot_sweep, format_sweep, f"sweep_{cfg.workload.upper()}.png")
         res = run_benchmark(cfg, progress=progress)
     except UnknownWorkload as e:
         print(f"error: {e}", file=sys.stderr)
