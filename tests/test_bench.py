@@ -1,6 +1,7 @@
 """The benchmark harness (`python -m hybridbatch.bench`) end to end on tiny settings."""
 import json
 import os
+import statistics
 import subprocess
 import sys
 
@@ -23,6 +24,9 @@ TRAIN_SPLIT = {"record", "schedule", "forward", "backward", "update", "other"}
 def _check_part(part, batched):
     assert part["throughput"] > 0 and part["seconds"] > 0
     assert part["flops"] > 0 and part["flops_per_second"] > 0 and part["efficiency"] > 0
+    # each run is judged against the GEMM rate measured next to it
+    assert len(part["efficiency_runs"]) == len(part["throughput_runs"])
+    assert part["efficiency"] == pytest.approx(statistics.median(part["efficiency_runs"]))
     assert sum(part["split_shares"].values()) == pytest.approx(1.0, abs=1e-6)
     assert all(v >= 0 for v in part["split_seconds"].values())
     if batched:

@@ -17,8 +17,12 @@ Training = forward + backward + `Trainer` SGD step per minibatch of `batch` inst
 minibatch loss being the sum of the instances' losses. Inference = forward only, reading
 every logits handle of `predict` with `asnumpy()`. FLOPs are the workload's matrix products
 (`forward_flops`; training counts 3x, forward and the two products of each backward).
-Efficiency = achieved FLOP/s / single-thread float32 GEMM FLOP/s measured in the same run
-(1024x512 @ 512x1280, median of samples taken before and after the runs).
+Efficiency = achieved FLOP/s / single-thread float32 GEMM FLOP/s (1024x512 @ 512x1280)
+measured in the same run: each repeat takes GEMM samples right before its batched training
+run and right after its batched inference run, and its efficiency uses their median. This
+machine's speed drifts by 20% within minutes (shared host), so a rate measured only at the
+start and end of a long run can belong to another phase than the runs it judges. The
+reported GEMM rate is the median of every sample (before, per repeat, after).
 """
 from __future__ import annotations
 
@@ -245,10 +249,12 @@ def infer_eager(wl, instances, cfg, bar):
 # summaries
 # ---------------------------------------------------------------------------------------------
 
-def _summarize(runs, n_instances, batch, flops_per_run, gemm_fps):
-    """Median figures over runs; details from the median run (by throughput)."""
+def _summarize(runs, n_instances, batch, flops_per_run, gemm_fps_runs):
+    """Median figures over runs; details from the median run (by throughput). Efficiency
+    is per run, against the GEMM rate measured next to that run."""
     thr = [n_instances / r["seconds"] if r["seconds"] > 0 else float("inf") for r in runs]
     fps = [f / r["seconds"] if r["seconds"] > 0 else float("inf") for f, r in zip(flops_per_run, runs)]
+    eff = [f / g for f, g in zip(fps, gemm_fps_runs)]
     med_thr = statistics.median(thr)
     mid = min(range(len(runs)), key=lambda i: abs(thr[i] - med_thr))
     run = runs[mid]
@@ -265,7 +271,8 @@ def _summarize(runs, n_instances, batch, flops_per_run, gemm_fps):
         "flops": flops_per_run[mid],
         "flops_runs": flops_per_run,
         "flops_per_second": statistics.median(fps),
-        "efficiency": statistics.median(fps) / gemm_fps,
+        "efficiency": statistics.median(eff),
+        "efficiency_runs": eff,
         "split_seconds": dict(run["split"]),
         "split_seconds_per_minibatch": {k: v / steps for k, v in run["split"].items()},
         "split_shares": {k: (v / wall if wall > 0 else 0.0) for k, v in run["split"].items()},
@@ -326,6 +333,7 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
     bar = _progress_bar(total, progress, f"{cfg.workload} h{cfg.hidden} b{cfg.batch}")
 
     runs = {"batched_train": [], "batched_infer": [], "eager_train": [], "eager_infer": []}
+    gemm_near = []      # per repeat: GEMM samples taken around its batched runs
     flops = {"train": [], "infer": [], "eager_train": [], "eager_infer": []}
     check = None
     try:
@@ -344,10 +352,13 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
             flops["train"].append(3 * fwd)
             flops["infer"].append(sum(infer_flops(x) for x in sample))
             tag = f"{cfg.workload} h{cfg.hidden} b{cfg.batch} run {r + 1}/{cfg.repeats}"
+            near = machine.gemm_rate(cfg.gemm_repeats)["seconds_runs"]
             bar.set_description_str(tag + " batched train")
             runs["batched_train"].append(train_batched(wl, trainer, sample, cfg, bar))
             bar.set_description_str(tag + " batched infer")
             runs["batched_infer"].append(infer_batched(wl, sample, cfg, bar))
+            near += machine.gemm_rate(cfg.gemm_repeats)["seconds_runs"]
+            gemm_near.append(near)
             if eager_n:
                 es = sample[:eager_n]
                 flops["eager_train"].append(3 * sum(wl.forward_flops(x) for x in es))
@@ -360,13 +371,15 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
         bar.close()
 
     gemm_after = machine.gemm_rate(cfg.gemm_repeats)
-    samples = gemm_before["seconds_runs"] + gemm_after["seconds_runs"]
-    gemm = {"shape": gemm_before["shape"], "dtype": "float32", "flops": gemm_before["flops"],
+    unit = gemm_before["flops"]
+    samples = gemm_before["seconds_runs"] + [t for near in gemm_near for t in near] + gemm_after["seconds_runs"]
+    g = [unit / statistics.median(near) for near in gemm_near]
+    gemm = {"shape": gemm_before["shape"], "dtype": "float32", "flops": unit,
             "seconds_runs": samples, "seconds": statistics.median(samples),
-            "flops_per_second": gemm_before["flops"] / statistics.median(samples),
+            "flops_per_second": unit / statistics.median(samples),
             "flops_per_second_before": gemm_before["flops_per_second"],
+            "flops_per_second_runs": g,
             "flops_per_second_after": gemm_after["flops_per_second"]}
-    g = gemm["flops_per_second"]
 
     batched = {"train": _summarize(runs["batched_train"], cfg.instances, cfg.batch, flops["train"], g),
                "infer": _summarize(runs["batched_infer"], cfg.instances, cfg.batch, flops["infer"], g)}

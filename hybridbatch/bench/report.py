@@ -49,7 +49,8 @@ def format_result(res):
     g = res["gemm"]
     lines.append(f"GEMM {g['shape'][0]}x{g['shape'][1]} @ {g['shape'][1]}x{g['shape'][2]} float32: "
                  f"{g['flops_per_second'] / 1e9:.1f} GFLOP/s (before {g['flops_per_second_before'] / 1e9:.1f}, "
-                 f"after {g['flops_per_second_after'] / 1e9:.1f})")
+                 f"next to each repeat " + ", ".join(f"{x / 1e9:.1f}" for x in g["flops_per_second_runs"])
+                 + f", after {g['flops_per_second_after'] / 1e9:.1f})")
     lines.append("")
     lines.append(f"{'':<24}{'batched':>12}{'eager':>12}{'speedup':>10}")
 
