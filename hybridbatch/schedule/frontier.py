@@ -225,9 +225,10 @@ def _pick(rule, nready, front, top, priority, cost):
 
 
 @njit(cache=True)
-def _state(encoding, loop, vid, key):
+def _state(encoding, loop, vid, key, rank):
     """The state of the ready set as a key over stable type ids: fills key, returns its
-    length (-1 if it does not fit). Elements are vid * FLAGS + flags.
+    length (-1 if it does not fit). Elements are vid * FLAGS + flags. `rank` is scratch of
+    key's size: the loop runs once per batch, so it allocates nothing.
 
     BASE: ready types by vid. MAX: BASE, flag 1 on the most frequent. SORT: by ready count,
     most first. PHASE: by the height of the highest ready node, highest first (how much is
@@ -243,22 +244,27 @@ def _state(encoding, loop, vid, key):
             key[k] = s
             k += 1
             span = max(span, vid[s] + 1)
-    rank = np.empty(k, np.int64)
-    for i in range(k):
+    for i in range(k):       # insertion sort by rank; ranks are distinct (vid < span)
         s = key[i]
-        rank[i] = vid[s]
+        r = vid[s]
         if encoding == SORT:
-            rank[i] -= nready[s] * span
+            r -= nready[s] * span
         elif encoding == PHASE:
-            rank[i] -= top[s] * span
-    ready = key[:k][np.argsort(rank)]
+            r -= top[s] * span
+        j = i
+        while j > 0 and rank[j - 1] > r:
+            rank[j] = rank[j - 1]
+            key[j] = key[j - 1]
+            j -= 1
+        rank[j] = r
+        key[j] = s
     most = 0
     for i in range(k):
-        s, m = ready[i], ready[most]
+        s, m = key[i], key[most]
         if nready[s] > nready[m] or (nready[s] == nready[m] and vid[s] < vid[m]):
             most = i
     for i in range(k):
-        s = ready[i]
+        s = key[i]
         flags = 0
         if encoding == MAX and i == most:
             flags = 1
@@ -346,13 +352,14 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
     carry, front = np.zeros((0, n_sigs), np.int32), np.zeros(n_sigs, np.int64)
     stack = np.empty(0, np.int64)
     key = np.empty(skeys.shape[1], np.int64)
+    rank = np.empty(skeys.shape[1], np.int64)
     local = np.full(vid.max() + 1 if n_sigs else 0, -1, np.int64)      # vid -> this view's signature
     for s in range(n_sigs):
         local[vid[s]] = s
     while pos < n_exec:
         best = -1
         if rule == TABLE:
-            k = _state(encoding, loop, vid, key)
+            k = _state(encoding, loop, vid, key, rank)
             if k >= 0:
                 _, sid = _find(slots, skeys, slen, key, k)
                 if sid >= 0 and nready[local[act[sid]]] > 0:
@@ -425,6 +432,7 @@ def episode(sig, executable, unbatchable, priority, cost, arg_ptr, args, vid, en
     carry, front = _carry_start(sig, executable, np.zeros(n, np.bool_), arg_ptr, args, n_sigs)
     stack = np.empty(cons.shape[0] + 1, np.int64)
     key = np.empty(skeys.shape[1], np.int64)
+    rank = np.empty(skeys.shape[1], np.int64)
     steps_sid = np.empty(n_exec + 1, np.int64)
     steps_act = np.empty(n_exec + 1, np.int64)
     returns = np.zeros(n_exec + 2, np.float64)        # prefix sums of the rewards
@@ -433,7 +441,7 @@ def episode(sig, executable, unbatchable, priority, cost, arg_ptr, args, vid, en
         sid = k = -1
         best = -1
         if pos < n_exec:
-            k = _state(encoding, loop, vid, key)
+            k = _state(encoding, loop, vid, key, rank)
             slot, sid = _find(slots, skeys, slen, key, k)
             if sid < 0:
                 if n_states == skeys.shape[0]:
