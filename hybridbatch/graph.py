@@ -54,21 +54,16 @@ class Graph:
     def __len__(self):
         return len(self.sig)
 
-    def add(self, sig, out_type, depth, operands, aux):
+    def add(self, sig, out_type, depth, operands, aux, extra_outs=()):
+        """Append a node; returns its id. extra_outs: (sig, out_type) of a multi-output
+        node's outputs 1.. (a block call), each appended right after it, reading it."""
+        nid = len(self.sig)
         self.sig.append(sig)
         self.type.append(out_type)
         self.depth.append(depth)
         self.aux.append(aux)
         self.args.extend(operands)
         self.arg_end.append(len(self.args))
-        return len(self.sig) - 1
-
-    def add_call(self, sig, out_type, depth, operands, aux, extra_outs):
-        """A multi-output node (a block call) and its extra-output nodes in one go.
-
-        extra_outs: (sig, out_type) of outputs 1.. ; each reads the node. Returns its id.
-        """
-        nid = self.add(sig, out_type, depth, operands, aux)
         for out_sig, out_t in extra_outs:
             self.sig.append(out_sig)
             self.type.append(out_t)

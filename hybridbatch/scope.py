@@ -165,7 +165,7 @@ class batching:
                 depth = gdepth[i] + 1
         if g.origin is not None:
             g.origin.extend([_caller()] * (1 + len(program.extra_out_sigs)))
-        nid = g.add_call(program.sig.id, program.sig.out_type, depth, ids, aux, program.extra_outs)
+        nid = g.add(program.sig.id, program.sig.out_type, depth, ids, aux, program.extra_outs)
         if program.single:
             return Future(self, nid)
         return tuple([Future(self, nid + j) for j in range(len(program.outputs))])
