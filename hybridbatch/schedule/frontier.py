@@ -156,10 +156,18 @@ def _take(s, sig, unbatchable, order, bptr, pos, nb, loop):
 
 @njit(cache=True)
 def _carry_start(sig, executable, done, arg_ptr, args, n_sigs):
-    """carry[v, a]: operands of v that are a-nodes or have an a-node above them, among the
-    unexecuted (not `done`) nodes; front[a]: the size of the a-frontier."""
+    """carry[v, col[a]]: operands of v that are a-nodes or have an a-node above them, among
+    the unexecuted (not `done`) nodes; front[a]: the size of the a-frontier. Columns exist
+    only for signatures with executed nodes (inputs and extra outputs are most of a block
+    graph's signatures), which keeps the table and its O(edges x columns) pass small."""
     n = sig.shape[0]
-    carry = np.zeros((n, n_sigs), np.int32)
+    col = np.full(n_sigs, -1, np.int64)
+    n_cols = 0
+    for v in range(n):
+        if executable[v] and col[sig[v]] < 0:
+            col[sig[v]] = n_cols
+            n_cols += 1
+    carry = np.zeros((n, max(n_cols, 1)), np.int32)
     front = np.zeros(n_sigs, np.int64)
     for v in range(n):
         if not executable[v] or done[v]:
@@ -168,20 +176,22 @@ def _carry_start(sig, executable, done, arg_ptr, args, n_sigs):
             u = args[e]
             if u < 0 or not executable[u] or done[u]:
                 continue
-            for a in range(n_sigs):
-                if carry[u, a] > 0 or sig[u] == a:
-                    carry[v, a] += 1
-        if carry[v, sig[v]] == 0:
+            cu = col[sig[u]]
+            for c in range(n_cols):
+                if carry[u, c] > 0 or cu == c:
+                    carry[v, c] += 1
+        if carry[v, col[sig[v]]] == 0:
             front[sig[v]] += 1
-    return carry, front
+    return carry, front, col
 
 
 @njit(cache=True)
-def _carry_release(batch, a, sig, carry, front, cons_ptr, cons, stack):
+def _carry_release(batch, a, sig, carry, front, cons_ptr, cons, stack, col):
     """Update carry/front after the ready a-nodes `batch` ran: nodes below them that no
     longer have an a-node above them stop carrying a, and a-nodes among them join the
     a-frontier. Each (edge, signature) is released at most once, so `stack` needs one slot
     per edge."""
+    c = col[a]
     sp = 0
     for v in batch:
         front[a] -= 1
@@ -191,8 +201,8 @@ def _carry_release(batch, a, sig, carry, front, cons_ptr, cons, stack):
     while sp > 0:
         sp -= 1
         w = stack[sp]
-        carry[w, a] -= 1
-        if carry[w, a] == 0:
+        carry[w, c] -= 1
+        if carry[w, c] == 0:
             if sig[w] == a:
                 front[a] += 1
             else:
@@ -350,6 +360,7 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
     pos = nb = fallbacks = 0
     tracking = False
     carry, front = np.zeros((0, n_sigs), np.int32), np.zeros(n_sigs, np.int64)
+    col = np.full(n_sigs, -1, np.int64)
     stack = np.empty(0, np.int64)
     key = np.empty(skeys.shape[1], np.int64)
     rank = np.empty(skeys.shape[1], np.int64)
@@ -370,14 +381,14 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
             if fallback == FRONTIER and not tracking:
                 done = np.zeros(n, np.bool_)
                 done[order[:pos]] = True
-                carry, front = _carry_start(sig, executable, done, arg_ptr, args, n_sigs)
+                carry, front, col = _carry_start(sig, executable, done, arg_ptr, args, n_sigs)
                 stack = np.empty(cons.shape[0] + 1, np.int64)
                 tracking = True
             best = _pick(fallback, nready, front, top, priority, cost)
         start = pos
         pos, nb = _take(best, sig, unbatchable, order, bptr, pos, nb, loop)
         if tracking:
-            _carry_release(order[start:pos], best, sig, carry, front, cons_ptr, cons, stack)
+            _carry_release(order[start:pos], best, sig, carry, front, cons_ptr, cons, stack, col)
     return order, bptr[:nb + 1], fallbacks
 
 
@@ -429,7 +440,7 @@ def episode(sig, executable, unbatchable, priority, cost, arg_ptr, args, vid, en
     n_exec = _n_executed(executable)
     order = np.empty(n_exec, np.int64)
     bptr = np.zeros(n_exec + 1, np.int64)
-    carry, front = _carry_start(sig, executable, np.zeros(n, np.bool_), arg_ptr, args, n_sigs)
+    carry, front, col = _carry_start(sig, executable, np.zeros(n, np.bool_), arg_ptr, args, n_sigs)
     stack = np.empty(cons.shape[0] + 1, np.int64)
     key = np.empty(skeys.shape[1], np.int64)
     rank = np.empty(skeys.shape[1], np.int64)
@@ -478,7 +489,7 @@ def episode(sig, executable, unbatchable, priority, cost, arg_ptr, args, vid, en
         ratio = nready[best] / front[best]
         start, nb0 = pos, nb
         pos, nb = _take(best, sig, unbatchable, order, bptr, pos, nb, loop)
-        _carry_release(order[start:pos], best, sig, carry, front, cons_ptr, cons, stack)
+        _carry_release(order[start:pos], best, sig, carry, front, cons_ptr, cons, stack, col)
         steps_sid[t] = sid
         steps_act[t] = vid[best]
         returns[t + 1] = returns[t] - (nb - nb0) + alpha * ratio
