@@ -132,6 +132,22 @@ def _correct(values, gold):
 # one pass over a list of instances, in each mode
 # ---------------------------------------------------------------------------------------------
 
+def _score(wl, mb, values):
+    """(correct, total) of one minibatch's predictions against the workload's gold labels."""
+    correct = total = 0
+    for x, vs in zip(mb, values):
+        ok, n = _correct(vs, wl.gold(x))
+        correct += ok
+        total += n
+    return correct, total
+
+
+def _finish(t, wall, **figures):
+    """A pass's result: wall seconds, the split with "other" = wall minus the timed parts."""
+    t["other"] = max(wall - sum(v for k, v in t.items() if k != "other"), 0.0)
+    return dict(seconds=wall, split=t, **figures)
+
+
 def _add_scope_stats(t, c, s):
     """Add one scope's recording / scheduling / execution times and counts to the tallies."""
     t["record"] += s.record_seconds
@@ -161,8 +177,7 @@ def train_batched(wl, trainer, instances, cfg, bar):
         t["update"] += t3 - t2
         loss_total += float(loss.item())
         bar.update(len(mb))
-    t["other"] = max(wall - sum(t[k] for k in TRAIN_SPLIT if k != "other"), 0.0)
-    return dict(seconds=wall, split=t, counts=c, loss=loss_total)
+    return _finish(t, wall, counts=c, loss=loss_total)
 
 
 def infer_batched(wl, instances, cfg, bar):
@@ -180,13 +195,11 @@ def infer_batched(wl, instances, cfg, bar):
         wall += t2 - t0
         _add_scope_stats(t, c, scope.stats)
         t["read"] += t2 - t1
-        for x, vs in zip(mb, values):
-            ok, n = _correct(vs, wl.gold(x))
-            correct += ok
-            total += n
+        ok, n = _score(wl, mb, values)
+        correct += ok
+        total += n
         bar.update(len(mb))
-    t["other"] = max(wall - sum(t[k] for k in INFER_SPLIT if k != "other"), 0.0)
-    return dict(seconds=wall, split=t, counts=c, accuracy=correct / total if total else None)
+    return _finish(t, wall, counts=c, accuracy=correct / total if total else None)
 
 
 def train_eager(wl, trainer, instances, cfg, bar):
@@ -214,8 +227,7 @@ def train_eager(wl, trainer, instances, cfg, bar):
         t["backward"] += bwd
         t["update"] += t3 - t2
         bar.update(len(mb))
-    t["other"] = max(wall - sum(t[k] for k in TRAIN_SPLIT if k != "other"), 0.0)
-    return dict(seconds=wall, split=t, counts=None, loss=loss_total)
+    return _finish(t, wall, counts=None, loss=loss_total)
 
 
 def infer_eager(wl, instances, cfg, bar):
@@ -236,13 +248,11 @@ def infer_eager(wl, instances, cfg, bar):
         wall += time.perf_counter() - t0
         t["forward"] += fwd
         t["read"] += read
-        for x, vs in zip(mb, values):
-            ok, n = _correct(vs, wl.gold(x))
-            correct += ok
-            total += n
+        ok, n = _score(wl, mb, values)
+        correct += ok
+        total += n
         bar.update(len(mb))
-    t["other"] = max(wall - sum(t[k] for k in INFER_SPLIT if k != "other"), 0.0)
-    return dict(seconds=wall, split=t, counts=None, accuracy=correct / total if total else None)
+    return _finish(t, wall, counts=None, accuracy=correct / total if total else None)
 
 
 # ---------------------------------------------------------------------------------------------
