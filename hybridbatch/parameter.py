@@ -161,6 +161,10 @@ class Parameter:
         scatter_add_rows(self._grad, rows, values)
         if self._grad_rows is not None:
             self._grad_rows.append(rows)
+            if len(self._grad_rows) > 32:     # many backward calls without a step: compact
+                merged = self.grad_rows()
+                # past half the table, the dense update is as cheap: stop tracking
+                self._grad_rows = [merged] if 2 * len(merged) < self.shape[0] else None
 
     def add_grad_outer(self, left, right):
         """grad += left^T @ right."""

@@ -673,3 +673,18 @@ def test_writing_into_grad_ends_row_tracking_so_nothing_is_lost():
     np.testing.assert_array_equal(E.data[3], [-7.0, -7.0])
     np.testing.assert_array_equal(E.data[1], [-1.0, -1.0])
     assert not E.peek_grad().any()
+
+
+def test_row_tracking_stays_bounded_over_many_backward_calls():
+    E = hb.Parameter("E", (10, 2), init="zeros")
+    for k in range(40):
+        with hb.batching():
+            hb.sum(hb.lookup(E, k % 3)).backward()
+    assert len(E._grad_rows) == 8        # compacted to one array at the 33rd, then 7 more
+    assert E.grad_rows().tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(E.peek_grad()[:3], [[14, 14], [13, 13], [13, 13]])
+    for k in range(40):       # rows past half of the table: tracking ends, nothing is lost
+        with hb.batching():
+            hb.sum(hb.lookup(E, k % 10)).backward()
+    assert E.grad_rows() is None
+    np.testing.assert_array_equal(E.peek_grad()[:, 0], [18, 17, 17, 4, 4, 4, 4, 4, 4, 4])
