@@ -143,7 +143,9 @@ class HybridBlock(Block):
                 i = _as_handle(a, scope).id
                 ids.append(i)
                 key.append(types[i])
-        return scope.record_program(self._program(tuple(key)), ids, ints)
+        key = tuple(key)
+        program = self._programs.get(key)
+        return scope.record_program(program if program is not None else self._program(key), ids, ints)
 
     def _program(self, key):
         program = self._programs.get(key)

@@ -74,8 +74,8 @@ class Program:
             operands = iter(graph.args[(graph.arg_end[slot - 1] if slot else 0):graph.arg_end[slot]])
             refs = tuple(next(operands) if pid is None else None for pid in sig.params)
             self.steps.append((slot, sig, refs, graph.aux[slot]))
-        self.index_checks = [(_int_column(aux), sig) for _, sig, _, aux in self.steps
-                             if sig.op.uses_aux and _int_column(aux) is not None]
+        self.int_checks = tuple((_int_column(aux), sig.op.aux_limit(sig), sig) for _, sig, _, aux in self.steps
+                                if sig.op.uses_aux and _int_column(aux) is not None)
         self.outputs = tuple(outputs)
         self.single = single
         self.out_types = tuple(graph.type[o] for o in outputs)
@@ -96,9 +96,12 @@ class Program:
         return ints if ints.ndim == 1 else ints[:, j]
 
     def check_ints(self, ints):
-        """Validate a call's integers against every op that indexes with them (at record time)."""
-        for j, sig in self.index_checks:
-            sig.op.check_aux(sig, ints[j])
+        """Validate a call's integers against every op that indexes with them (at record
+        time): a bound inline where the op has one, the op's own check otherwise."""
+        for j, limit, sig in self.int_checks:
+            v = ints[j]
+            if limit is None or not 0 <= v < limit:
+                sig.op.check_aux(sig, v)
 
     def units(self, xp):
         """Steps with elementwise runs fused (numpy backend, fusion on), planned once."""

@@ -26,6 +26,9 @@ class Lookup(Op):
         if not 0 <= aux < n:
             raise IndexError(f"lookup: index {aux} out of range for a table of {n} rows")
 
+    def aux_limit(self, sig):
+        return sig.in_shapes[0][0]
+
     def forward(self, xp, sig, xs, aux):
         return xs[0][aux]
 
@@ -57,6 +60,9 @@ class Pick(Op):
 
     def check_aux(self, sig, aux):
         _check_label(self.name, sig, aux)
+
+    def aux_limit(self, sig):
+        return sig.in_shapes[0][0]
 
     def forward(self, xp, sig, xs, aux):
         return xs[0][_row_range(xp, aux), aux]
@@ -98,6 +104,9 @@ class PickNegLogSoftmax(Op):
 
     def check_aux(self, sig, aux):
         _check_label(self.name, sig, aux)
+
+    def aux_limit(self, sig):
+        return sig.in_shapes[0][0]
 
     def forward(self, xp, sig, xs, aux):
         return -_log_softmax(xp, xs[0])[_row_range(xp, aux), aux]

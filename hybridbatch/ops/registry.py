@@ -32,6 +32,11 @@ class Op:
     def check_aux(self, sig, aux):
         """Validate a node's integer datum at record time (raise IndexError/ValueError)."""
 
+    def aux_limit(self, sig):
+        """n when the valid integers are exactly 0 <= v < n (block calls then check them
+        inline and call check_aux only for its message), else None."""
+        return None
+
     def forward(self, xp, sig, xs, aux):
         """Batched forward: xs[i] is (B,)+shape, or the raw parameter when sig.shared[i]."""
         raise NotImplementedError
