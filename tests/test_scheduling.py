@@ -306,6 +306,10 @@ def test_custom_policy_callable_is_used_and_unknown_names_rejected():
     assert seen == [2] and scope.stats.batches == 2
     with pytest.raises(ValueError, match="unknown batching policy"):
         hb.batching(policy="fastest")
+    with pytest.raises(ValueError, match="hb.learn_policy"):      # learned policies are objects
+        hb.batching(policy="fsm-sort")
+    with pytest.raises(ValueError, match="unknown batching policy"):
+        hb.batching(policy=["agenda"])
 
 
 # ---------------------------------------------------------------------------------------

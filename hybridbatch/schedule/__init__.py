@@ -19,6 +19,10 @@ def get_policy(policy):
         return policy
     try:
         return POLICIES[policy]
-    except KeyError:
+    except (KeyError, TypeError):
+        hint = ""
+        if isinstance(policy, str) and policy.lower().startswith("fsm"):
+            hint = ("; an FSM policy is learned for a model: pass the policy object that "
+                    "hb.learn_policy(model_fn, samples) returns (or hb.FSMPolicy.load(path))")
         raise ValueError(f"unknown batching policy {policy!r}; expected one of {sorted(POLICIES)} "
-                         f"or a callable(view) -> (order, batch_ptr)") from None
+                         f"or a callable(view) -> (order, batch_ptr){hint}") from None
