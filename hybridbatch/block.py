@@ -50,6 +50,11 @@ class Block:
         params.update(dict(self._named_params(prefix)))
         return params
 
+    def parameters(self):
+        """Every distinct Parameter of this block and its children, a shared one once: what a
+        Trainer takes."""
+        return list({id(p): p for _, p in self._named_params("")}.values())
+
     def _named_params(self, prefix):
         for name, p in self._params.items():
             yield prefix + name, p

@@ -271,3 +271,18 @@ def test_auto_granularity_inlines_only_blocks_that_batch_poorly():
     assert scope.stats.nodes > 3 * 6 + 3             # the child-sum calls now record their ops
     ref, _ = build()
     np.testing.assert_allclose(loss.asnumpy(), ref.asnumpy(), rtol=1e-5)
+
+
+def test_parameters_lists_a_shared_parameter_once():
+    class Two(hb.Block):
+        def __init__(self):
+            super().__init__()
+            self.a = hb.nn.Dense(3, 4, seed=0)
+            self.b = hb.nn.Dense(3, 4, seed=1)
+            self.b.weight = self.a.weight          # tied weights
+
+    net = Two()
+    assert len(net.collect_params()) == 4          # a.weight, a.bias, b.weight, b.bias
+    params = net.parameters()
+    assert [p is net.a.weight for p in params].count(True) == 1 and len(params) == 3
+    hb.Trainer(params)                             # the Trainer rejects duplicates; none here

@@ -7,7 +7,8 @@ those calls run eagerly or inside `hb.batching()`.
 
 
 class Workload:
-    """Subclasses set `name` and implement every method below."""
+    """Subclasses set `name`, `self._train`, `self._dev` and `self.model` (a Block), and
+    implement loss, predict, gold and forward_flops; the rest has defaults over those."""
 
     name = ""
     description = ""
@@ -19,11 +20,11 @@ class Workload:
 
     def train_instances(self):
         """The training instances (list), in the order the harness consumes them."""
-        raise NotImplementedError
+        return self._train
 
     def dev_instances(self):
         """Held-out instances for accuracy (list)."""
-        raise NotImplementedError
+        return self._dev
 
     def loss(self, instance):
         """The instance's scalar training loss (a Future inside a scope, a Tensor outside)."""
@@ -39,11 +40,11 @@ class Workload:
 
     def parameters(self):
         """Every trainable Parameter (a list, no duplicates)."""
-        raise NotImplementedError
+        return self.model.parameters()
 
     def hybridize(self):
         """Hybridize the model's blocks (block and auto granularity need it)."""
-        raise NotImplementedError
+        self.model.hybridize()
 
     def forward_flops(self, instance):
         """Multiply-add FLOPs (2 per MAC) of the instance's matrix products in the forward pass.

@@ -72,12 +72,6 @@ class W6Lattice(Workload):
                               [(w.start, w.end, self.word_vocab.id(w.word)) for w in lattice.words],
                               [self.tag_index[t] for t in lattice.tags])
 
-    def train_instances(self):
-        return self._train
-
-    def dev_instances(self):
-        return self._dev
-
     def loss(self, instance):
         return self.model.loss(instance.chars, instance.words, instance.tags)
 
@@ -86,12 +80,6 @@ class W6Lattice(Workload):
 
     def gold(self, instance):
         return list(instance.tags)
-
-    def parameters(self):
-        return self.model.parameters()
-
-    def hybridize(self):
-        self.model.hybridize()
 
     def forward_flops(self, instance):
         """2 per MAC: per character the character LSTM (4H x (E + H)) and the output layer

@@ -56,12 +56,6 @@ class W5NMT(Workload):
         return EncodedPair(self.source_vocab.ids(pair.source).tolist(), [self.bos] + target,
                            target + [self.eos])
 
-    def train_instances(self):
-        return self._train
-
-    def dev_instances(self):
-        return self._dev
-
     def loss(self, instance):
         return self.model.loss(instance.source, instance.target_in, instance.target_out)
 
@@ -70,12 +64,6 @@ class W5NMT(Workload):
 
     def gold(self, instance):
         return list(instance.target_out)
-
-    def parameters(self):
-        return list(self.model.collect_params().values())
-
-    def hybridize(self):
-        self.model.hybridize()
 
     def forward_flops(self, instance):
         """2 per MAC: per source word the encoder LSTM (4H x (E + H)); per target position the

@@ -65,12 +65,6 @@ class _TaggerWorkload(Workload):
         tags = [t.upos for t in sent]
         return TaggedSentence(words, tags, self.model.encode(words), self.model.tag_ids(tags))
 
-    def train_instances(self):
-        return self._train
-
-    def dev_instances(self):
-        return self._dev
-
     def loss(self, instance):
         return self.model.encoded_loss(instance.tokens, instance.tag_ids)
 
@@ -79,12 +73,6 @@ class _TaggerWorkload(Workload):
 
     def gold(self, instance):
         return list(instance.tag_ids)
-
-    def parameters(self):
-        return self.model.parameters()
-
-    def hybridize(self):
-        self.model.hybridize()
 
     def forward_flops(self, instance):
         """2 per MAC of: both word LSTM directions (4H x (E + H) per token), the output layer

@@ -56,7 +56,6 @@ class TreeWorkload(Workload):
         self._dev = list(dev if dev_trees is None else dev[:dev_trees])
         self.vocab = Vocab.build(w for t in self._train for w in t.words())
         self.model = self.build_model()
-        self._params = list({id(p): p for p in self.model.collect_params().values()}.values())
 
     def build_model(self):
         raise NotImplementedError
@@ -75,12 +74,6 @@ class TreeWorkload(Workload):
             return f"SST {self.data_dir}"
         return "synthetic_sst"
 
-    def train_instances(self):
-        return self._train
-
-    def dev_instances(self):
-        return self._dev
-
     def loss(self, instance):
         return self.model.tree_loss(instance, self.node_types(instance))
 
@@ -89,12 +82,6 @@ class TreeWorkload(Workload):
 
     def gold(self, instance):
         return [instance.label]
-
-    def parameters(self):
-        return list(self._params)
-
-    def hybridize(self):
-        self.model.hybridize()
 
     def predict_flops(self, instance):
         """FLOPs `predict` executes: `root_logits` runs the whole node block (classifier and

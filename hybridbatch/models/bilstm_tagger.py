@@ -172,15 +172,6 @@ class BiLSTMTagger(Block):
             if hoist:
                 self.char_proj = proj
 
-    def parameters(self):
-        """Every distinct Parameter (a shared embedding table once)."""
-        seen, out = set(), []
-        for p in self.collect_params().values():
-            if id(p) not in seen:
-                seen.add(id(p))
-                out.append(p)
-        return out
-
     @property
     def word_embedding(self):
         return (self.proj if self.hoist else self.fwd).embedding

@@ -79,10 +79,6 @@ class LatticeLSTMTagger(Block):
         self.word = WordCell(word_vocab_size, word_embed, hidden, rng)
         self.output = StepOutput(tags, hidden, seed=seed + 1)
 
-    def parameters(self):
-        """Every distinct Parameter (the character LSTM's once)."""
-        return list({id(p): p for p in self.collect_params().values()}.values())
-
     def _states(self, chars, words):
         starting = [[] for _ in chars]
         for start, end, word in words:
