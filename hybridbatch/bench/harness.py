@@ -120,26 +120,21 @@ def _handles(pred):
     return [pred] if hasattr(pred, "asnumpy") else list(pred)
 
 
-def _correct(values, gold):
-    n = ok = 0
-    for v, g in zip(values, gold):
-        n += 1
-        ok += int(np.argmax(v)) == int(g)
-    return ok, n
-
-
 # ---------------------------------------------------------------------------------------------
 # one pass over a list of instances, in each mode
 # ---------------------------------------------------------------------------------------------
 
-def _score(wl, mb, values):
-    """(correct, total) of one minibatch's predictions against the workload's gold labels."""
-    correct = total = 0
+def _score(wl, mb, values, tally):
+    """Add one minibatch's predictions (argmax of each logits value) to tally = [correct,
+    total], against the workload's gold labels."""
     for x, vs in zip(mb, values):
-        ok, n = _correct(vs, wl.gold(x))
-        correct += ok
-        total += n
-    return correct, total
+        for v, g in zip(vs, wl.gold(x)):
+            tally[0] += int(np.argmax(v)) == int(g)
+            tally[1] += 1
+
+
+def _accuracy(tally):
+    return tally[0] / tally[1] if tally[1] else None
 
 
 def _finish(t, wall, **figures):
@@ -184,7 +179,7 @@ def infer_batched(wl, instances, cfg, bar):
     t = dict.fromkeys(INFER_SPLIT, 0.0)
     c = dict(nodes=0, batches=0, lower_bound=0, flushes=0, plan_cache_hits=0)
     wall = 0.0
-    correct = total = 0
+    tally = [0, 0]
     for mb in _minibatches(instances, cfg.batch):
         t0 = time.perf_counter()
         with batching(policy=cfg.policy, granularity=cfg.granularity) as scope:
@@ -195,11 +190,9 @@ def infer_batched(wl, instances, cfg, bar):
         wall += t2 - t0
         _add_scope_stats(t, c, scope.stats)
         t["read"] += t2 - t1
-        ok, n = _score(wl, mb, values)
-        correct += ok
-        total += n
+        _score(wl, mb, values, tally)
         bar.update(len(mb))
-    return _finish(t, wall, counts=c, accuracy=correct / total if total else None)
+    return _finish(t, wall, counts=c, accuracy=_accuracy(tally))
 
 
 def train_eager(wl, trainer, instances, cfg, bar):
@@ -233,7 +226,7 @@ def train_eager(wl, trainer, instances, cfg, bar):
 def infer_eager(wl, instances, cfg, bar):
     t = dict.fromkeys(INFER_SPLIT, 0.0)
     wall = 0.0
-    correct = total = 0
+    tally = [0, 0]
     for mb in _minibatches(instances, cfg.batch):
         t0 = time.perf_counter()
         fwd = read = 0.0
@@ -248,11 +241,9 @@ def infer_eager(wl, instances, cfg, bar):
         wall += time.perf_counter() - t0
         t["forward"] += fwd
         t["read"] += read
-        ok, n = _score(wl, mb, values)
-        correct += ok
-        total += n
+        _score(wl, mb, values, tally)
         bar.update(len(mb))
-    return _finish(t, wall, counts=None, accuracy=correct / total if total else None)
+    return _finish(t, wall, counts=None, accuracy=_accuracy(tally))
 
 
 # ---------------------------------------------------------------------------------------------
