@@ -339,7 +339,7 @@ class Trainer:
                     grad *= scale
                 self.optimizer.update(weight, grad, self._states[i])
                 p.data[rows] = weight
-            p.zero_grad()
+            p.zero_grad(rows)
 
     def __repr__(self):
         return (f"Trainer({len(self._params)} parameters, {self.optimizer!r}, "

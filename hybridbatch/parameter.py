@@ -13,6 +13,7 @@ from . import backend
 from .kernels.scatter import add_outer, scatter_add_rows
 
 _ids = itertools.count()
+_ASK = object()     # zero_grad: compute the rows to clear
 _live = weakref.WeakValueDictionary()
 
 
@@ -179,8 +180,10 @@ class Parameter:
         xp = backend.xp()
         return xp.unique(xp.concatenate([xp.asarray(r).ravel() for r in rows])) if rows else xp.zeros(0, np.int64)
 
-    def zero_grad(self):
-        rows = self.grad_rows()
+    def zero_grad(self, rows=_ASK):
+        """Clear grad. rows: what grad_rows() just returned, when the caller has it."""
+        if rows is _ASK:
+            rows = self.grad_rows()
         if rows is None:
             self._grad[...] = 0
         elif len(rows):
