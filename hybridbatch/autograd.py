@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit
 
 from .execute import operands, batch_aux, scatter_add
+from .kernels import blas
 from .ops import OuterGrad, RowGrad
 from .parameter import by_id
 from . import signature
@@ -58,14 +59,14 @@ def one_gemm_per_weight(xp):
         for pid, parts in _pending.outer.items():
             left = parts[0].left if len(parts) == 1 else xp.concatenate([g.left for g in parts])
             right = parts[0].right if len(parts) == 1 else xp.concatenate([g.right for g in parts])
-            by_id(pid).add_grad(left.T @ right)
+            by_id(pid).add_grad(blas.gemm(left.T, right))
     finally:
         _pending.outer = None
 
 
 def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
     """Backpropagate d(value of seed_node) = 1 into every Parameter.grad it depends on."""
-    with one_gemm_per_weight(xp):
+    with one_gemm_per_weight(xp), blas.packing():
         _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp)
 
 

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .errors import NumericsError
-from .kernels import scatter_add_rows
+from .kernels import blas, scatter_add_rows
 from .parameter import by_id
 from .plan import SLICE, TAKE
 from . import backend, signature
@@ -69,6 +69,11 @@ def batch_aux(plan, b, op):
 
 def run_forward(plan, arenas, xp, origin=None):
     """Execute every batch of the plan. With `origin` (check_numerics), verify outputs."""
+    with blas.packing():
+        _run_batches(plan, arenas, xp, origin)
+
+
+def _run_batches(plan, arenas, xp, origin):
     sigs = signature.SIGS
     for b, size in enumerate(plan.sizes):
         sig = sigs[plan.batch_sig[b]]

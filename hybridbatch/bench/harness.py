@@ -380,7 +380,8 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
             "flops_per_second": unit / statistics.median(samples),
             "flops_per_second_before": gemm_before["flops_per_second"],
             "flops_per_second_runs": g,
-            "flops_per_second_after": gemm_after["flops_per_second"]}
+            "flops_per_second_after": gemm_after["flops_per_second"],
+            "flops_per_second_by_library_before": gemm_before["flops_per_second_by_library"]}
 
     batched = {"train": _summarize(runs["batched_train"], cfg.instances, cfg.batch, flops["train"], g),
                "infer": _summarize(runs["batched_infer"], cfg.instances, cfg.batch, flops["infer"], g)}

@@ -65,6 +65,7 @@ def _blas_threads():
 def machine_info():
     import numba
     import numpy as np
+    from ..kernels import blas
     try:
         affinity = len(os.sched_getaffinity(0))
     except AttributeError:
@@ -80,27 +81,41 @@ def machine_info():
         "cpus_usable": affinity,
         "thread_settings": thread_settings(),
         "blas_threads": _blas_threads(),
+        "host_products": blas.name(),
+        "mkl": blas.version(),
         "load_average_start": load_average(),
         "git": _git_revision(),
     }
 
 
 def gemm_rate(repeats=7, shape=GEMM_SHAPE, seed=0):
-    """Single-process float32 GEMM rate (FLOP/s) on (m x k) @ (k x n): median of `repeats`
-    timed products after one untimed one. Returns a dict with the rate and every sample."""
+    """The machine's single-process float32 GEMM rate (FLOP/s) on (m x k) @ (k x n).
+
+    Each repeat times the product with numpy's BLAS and, when it is loaded, with MKL
+    (kernels/blas.py), and keeps the faster: the limit is the best GEMM this process can run,
+    whichever library the batched kernels use. Median of `repeats` after one untimed product
+    each. Returns a dict with the rate, every sample and each library's median rate."""
     import numpy as np
+    from ..kernels import blas
     m, k, n = shape
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k), dtype=np.float32)
     b = rng.standard_normal((k, n), dtype=np.float32)
     out = np.empty((m, n), np.float32)
-    np.matmul(a, b, out=out)
+    products = {"numpy": lambda: np.matmul(a, b, out=out)}
+    if blas.available():
+        products["mkl"] = lambda: blas.gemm(a, b, library="mkl")
     flops = 2.0 * m * k * n
-    samples = []
+    times = {lib: [] for lib in products}
+    for lib, product in products.items():
+        product()
     for _ in range(max(1, repeats)):
-        t0 = time.perf_counter()
-        np.matmul(a, b, out=out)
-        samples.append(time.perf_counter() - t0)
+        for lib, product in products.items():
+            t0 = time.perf_counter()
+            product()
+            times[lib].append(time.perf_counter() - t0)
+    samples = [min(ts) for ts in zip(*times.values())]
     med = statistics.median(samples)
     return {"shape": list(shape), "dtype": "float32", "flops": flops, "seconds_runs": samples,
-            "seconds": med, "flops_per_second": flops / med}
+            "seconds": med, "flops_per_second": flops / med,
+            "flops_per_second_by_library": {lib: flops / statistics.median(ts) for lib, ts in times.items()}}

@@ -42,7 +42,7 @@ def format_result(res):
     if m:
         threads = ", ".join(f"{k.split('_')[0]}={v}" for k, v in m["thread_settings"].items())
         lines.append(f"machine: {m['cpu_model']}; {m['cpus_usable']} usable CPUs; threads {threads}; "
-                     f"numpy {m['numpy']}, numba {m['numba']}")
+                     f"numpy {m['numpy']}, numba {m['numba']}; host products: {m.get('host_products', 'numpy')}")
     la = res.get("load_average") or {}
     if la.get("start") and la.get("end"):
         lines.append(f"load average (1 min) at start {la['start'][0]:.2f}, at end {la['end'][0]:.2f}")
@@ -51,6 +51,10 @@ def format_result(res):
                  f"{g['flops_per_second'] / 1e9:.1f} GFLOP/s (before {g['flops_per_second_before'] / 1e9:.1f}, "
                  f"next to each repeat " + ", ".join(f"{x / 1e9:.1f}" for x in g["flops_per_second_runs"])
                  + f", after {g['flops_per_second_after'] / 1e9:.1f})")
+    libs = g.get("flops_per_second_by_library_before") or {}
+    if len(libs) > 1:
+        lines.append("  the faster library per sample (before: " +
+                     ", ".join(f"{lib} {v / 1e9:.1f}" for lib, v in libs.items()) + ")")
     lines.append("")
     lines.append(f"{'':<24}{'batched':>12}{'eager':>12}{'speedup':>10}")
 

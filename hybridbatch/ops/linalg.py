@@ -6,6 +6,7 @@ operand is a (1, n) row and a 1-D right operand an (n, 1) column, so every case 
 turn each combination into plain 2-D GEMMs where they can.
 """
 from ..errors import ShapeError
+from ..kernels import blas
 from .registry import Op, OuterGrad, register, expand, unbroadcast, broadcast_shape, check, as_batched, batch_size
 
 
@@ -18,10 +19,8 @@ def _promote(x, shared, shape, left):
 def _shared_left(xp, a, b3):
     """a (m, n) shared times b3 (B, n, k) -> (B, m, k)."""
     B, n, k = b3.shape
-    if k == 1 and B >= 64:   # X W^T: rows out, as every later kernel reads them
-        return (b3.reshape(B, n) @ a.T).reshape(B, a.shape[0], 1)
-    if k == 1:   # W X^T, read back transposed: OpenBLAS is up to 2x faster for small B
-        return xp.ascontiguousarray((a @ b3.reshape(B, n).T).T).reshape(B, a.shape[0], 1)
+    if k == 1:   # vectors: X W^T, rows out, as every later kernel reads them
+        return blas.shared_product(b3.reshape(B, n), a.T).reshape(B, a.shape[0], 1)
     # matrices per instance: one GEMM per instance beats transposing the batch into one wide
     # GEMM and back (2.5-4x for 64 x 128 @ 128 x 64, B = 64..1024: no copies either way)
     return xp.matmul(a, b3)
@@ -30,7 +29,7 @@ def _shared_left(xp, a, b3):
 def _shared_right(xp, a3, b):
     """a3 (B, m, n) times b (n, k) shared -> (B, m, k)."""
     B, m, n = a3.shape
-    return (a3.reshape(B * m, n) @ b).reshape(B, m, b.shape[1])
+    return blas.shared_product(a3.reshape(B * m, n), b).reshape(B, m, b.shape[1])
 
 
 def _product(xp, a3, b3, sa, sb):
@@ -59,7 +58,7 @@ def matmul_backward(xp, a, b, sa, sb, shape_a, shape_b, gy, needs):
     B = gy.shape[0]
     m, k = a3.shape[-2], b3.shape[-1]
     g3 = gy.reshape(B, m, k)
-    ga = gb = None
+    ga = None
     if needs[0]:
         if sa and k == 1 and len(shape_a) == 2:   # vectors: dW = G^T X, one GEMM per weight later
             return OuterGrad(g3.reshape(B, m), b3.reshape(B, -1)), _matmul_grad_b(xp, a3, g3, sa, shape_b, B, needs)
@@ -75,7 +74,7 @@ def _matmul_grad_b(xp, a3, g3, sa, shape_b, B, needs, sb=False):
     if not needs[1]:
         return None
     if sb:   # sum_b a_b^T @ g_b
-        gb = a3.reshape(-1, a3.shape[-1]).T @ g3.reshape(-1, g3.shape[-1])
+        gb = blas.gemm(a3.reshape(-1, a3.shape[-1]).T, g3.reshape(-1, g3.shape[-1]))
     else:
         gb = _product(xp, a3.T if sa else a3.transpose(0, 2, 1), g3, sa, False)
     return gb.reshape(shape_b if sb else (B,) + shape_b)
