@@ -158,17 +158,25 @@ def _take(s, sig, unbatchable, order, bptr, pos, nb, loop):
 def _carry_start(sig, executable, done, arg_ptr, args, n_sigs):
     """carry[v, col[a]]: operands of v that are a-nodes or have an a-node above them, among
     the unexecuted (not `done`) nodes; front[a]: the size of the a-frontier. Columns exist
-    only for signatures with executed nodes (inputs and extra outputs are most of a block
-    graph's signatures), which keeps the table and its O(edges x columns) pass small."""
+    only for signatures with several unexecuted nodes: not for inputs and extra outputs
+    (most of a block graph's signatures), nor for one-node signatures such as each
+    sentence length's loss sum, whose frontier is their node. That keeps the table and its
+    O(edges x columns) pass small."""
     n = sig.shape[0]
-    col = np.full(n_sigs, -1, np.int64)
-    n_cols = 0
+    count = np.zeros(n_sigs, np.int64)
     for v in range(n):
-        if executable[v] and col[sig[v]] < 0:
-            col[sig[v]] = n_cols
-            n_cols += 1
-    carry = np.zeros((n, max(n_cols, 1)), np.int32)
+        if executable[v] and not done[v]:
+            count[sig[v]] += 1
+    col = np.full(n_sigs, -1, np.int64)
     front = np.zeros(n_sigs, np.int64)
+    n_cols = 0
+    for s in range(n_sigs):
+        if count[s] > 1:
+            col[s] = n_cols
+            n_cols += 1
+        elif count[s] == 1:    # its node is its frontier: no column to keep
+            front[s] = 1
+    carry = np.zeros((n, max(n_cols, 1)), np.int32)
     for v in range(n):
         if not executable[v] or done[v]:
             continue
@@ -180,7 +188,7 @@ def _carry_start(sig, executable, done, arg_ptr, args, n_sigs):
             for c in range(n_cols):
                 if carry[u, c] > 0 or cu == c:
                     carry[v, c] += 1
-        if carry[v, col[sig[v]]] == 0:
+        if col[sig[v]] >= 0 and carry[v, col[sig[v]]] == 0:
             front[sig[v]] += 1
     return carry, front, col
 
@@ -192,6 +200,9 @@ def _carry_release(batch, a, sig, carry, front, cons_ptr, cons, stack, col):
     a-frontier. Each (edge, signature) is released at most once, so `stack` needs one slot
     per edge."""
     c = col[a]
+    if c < 0:                  # a signature of one node
+        front[a] = 0
+        return
     sp = 0
     for v in batch:
         front[a] -= 1
@@ -209,6 +220,18 @@ def _carry_release(batch, a, sig, carry, front, cons_ptr, cons, stack, col):
                 for e in range(cons_ptr[w], cons_ptr[w + 1]):
                     stack[sp] = cons[e]
                     sp += 1
+
+
+@njit(cache=True)
+def _complete(nready, left):
+    """A ready signature all of whose unexecuted nodes are ready, or -1. Running it now never
+    costs a batch: any schedule can run those nodes first instead, in one batch, and keep
+    the rest of its batches. Learned tables take such steps without a state (a sentence's
+    loss sum, one signature per length, would otherwise make most states unseen)."""
+    for s in range(nready.shape[0]):
+        if nready[s] > 0 and nready[s] == left[s]:
+            return s
+    return -1
 
 
 @njit(cache=True)
@@ -235,10 +258,11 @@ def _pick(rule, nready, front, top, priority, cost):
 
 
 @njit(cache=True)
-def _state(encoding, loop, vid, key, rank):
+def _state(encoding, loop, vid, key, rank, skip):
     """The state of the ready set as a key over stable type ids: fills key, returns its
-    length (-1 if it does not fit). Elements are vid * FLAGS + flags. `rank` is scratch of
-    key's size: the loop runs once per batch, so it allocates nothing.
+    length (-1 if it does not fit); signatures of vid -1, and signature `skip`, are left
+    out. Elements are vid * FLAGS + flags. `rank` is scratch of key's size: the loop runs
+    once per batch, so it allocates nothing.
 
     BASE: ready types by vid. MAX: BASE, flag 1 on the most frequent. SORT: by ready count,
     most first. PHASE: by the height of the highest ready node, highest first (how much is
@@ -248,7 +272,7 @@ def _state(encoding, loop, vid, key, rank):
     k = 0
     span = 0
     for s in range(nready.shape[0]):
-        if nready[s] > 0:
+        if nready[s] > 0 and vid[s] >= 0 and s != skip:     # vid -1: a type the table leaves out
             if k == key.shape[0]:
                 return -1
             key[k] = s
@@ -313,6 +337,18 @@ def _find(slots, skeys, slen, key, k):
 
 
 @njit(cache=True)
+def _lookup(encoding, loop, vid, key, rank, skip, slots, skeys, slen, act, local):
+    """The table's action (a ready signature) for the state without `skip`, or -1."""
+    k = _state(encoding, loop, vid, key, rank, skip)
+    if k <= 0:
+        return -1
+    _, sid = _find(slots, skeys, slen, key, k)
+    if sid < 0 or loop[NREADY][local[act[sid]]] == 0:
+        return -1
+    return local[act[sid]]
+
+
+@njit(cache=True)
 def index_states(skeys, slen, n_states):
     """The open-addressing slots (state ids, -1 empty) for the first n_states keys."""
     size = 8
@@ -344,10 +380,12 @@ def _n_executed(executable):
 def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, encoding, slots, skeys, slen, act):
     """The schedule (order, batch_ptr) and how many steps fell back to a heuristic.
 
-    rule AGENDA, FRONTIER or CRITICAL: that heuristic. TABLE: the action act[state] of the
-    learned table for the state's key, and for a state not in it the encoding's fallback
-    heuristic. The frontier bookkeeping starts at the first step that needs it, so a table
-    that covers the graph costs about what agenda does."""
+    rule AGENDA, FRONTIER or CRITICAL: that heuristic. TABLE: a signature ready in full
+    (_complete); else the action act[state] of the learned table for the state's key; else
+    that of the state without one of its types, the first such state in the table (backing
+    off: a new minibatch often overlaps one phase more than the samples did); else the
+    encoding's fallback heuristic. The frontier bookkeeping starts at the first step that
+    needs it, so a table that covers the graph costs about what agenda does."""
     n = sig.shape[0]
     n_sigs = priority.shape[0]
     fallback = fallback_rule(encoding) if rule == TABLE else rule
@@ -366,15 +404,19 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
     rank = np.empty(skeys.shape[1], np.int64)
     local = np.full(vid.max() + 1 if n_sigs else 0, -1, np.int64)      # vid -> this view's signature
     for s in range(n_sigs):
-        local[vid[s]] = s
+        if vid[s] >= 0:
+            local[vid[s]] = s
     while pos < n_exec:
         best = -1
         if rule == TABLE:
-            k = _state(encoding, loop, vid, key, rank)
-            if k >= 0:
-                _, sid = _find(slots, skeys, slen, key, k)
-                if sid >= 0 and nready[local[act[sid]]] > 0:
-                    best = local[act[sid]]
+            best = _complete(nready, loop[LEFT])
+            if best < 0:
+                best = _lookup(encoding, loop, vid, key, rank, -1, slots, skeys, slen, act, local)
+            s = 0
+            while best < 0 and s < n_sigs:      # back off: the state without one ready type
+                if nready[s] > 0 and vid[s] >= 0:
+                    best = _lookup(encoding, loop, vid, key, rank, s, slots, skeys, slen, act, local)
+                s += 1
             if best < 0:
                 fallbacks += 1
         if best < 0:
@@ -449,10 +491,17 @@ def episode(sig, executable, unbatchable, priority, cost, arg_ptr, args, vid, en
     returns = np.zeros(n_exec + 2, np.float64)        # prefix sums of the rewards
     pos = nb = t = pending = 0                         # steps [pending, t) await their update
     while True:
+        forced = _complete(nready, loop[LEFT]) if pos < n_exec else -1
+        if forced >= 0:          # as run() does: no state, its batch charged to the last step
+            start, nb0 = pos, nb
+            pos, nb = _take(forced, sig, unbatchable, order, bptr, pos, nb, loop)
+            _carry_release(order[start:pos], forced, sig, carry, front, cons_ptr, cons, stack, col)
+            returns[t] -= nb - nb0
+            continue
         sid = k = -1
         best = -1
         if pos < n_exec:
-            k = _state(encoding, loop, vid, key, rank)
+            k = _state(encoding, loop, vid, key, rank, -1)
             slot, sid = _find(slots, skeys, slen, key, k)
             if sid < 0:
                 if n_states == skeys.shape[0]:

@@ -63,13 +63,18 @@ class FSMPolicy:
             slen[i] = len(state)
         self._table = (index_states(skeys, slen, len(self.states)), skeys, slen,
                        np.array(self.actions, np.int64))
+        self._in_states = {e // FLAGS for state in self.states for e in state}
 
     def type_ids(self, view):
-        """Per signature of the view, its type id; a type the table never saw (or a view
-        without names) gets a fresh id past the known ones, so a state holding it is unseen."""
-        known = len(self.types)
+        """Per signature of the view, its type id, or -1 for a type that no state of the
+        table holds (never seen, or seen only where it ran without a state: a loss sum of
+        one sentence length). States leave those types out: they carry nothing the table
+        learned, and a sum per length would otherwise make most states of unseen
+        minibatches unseen. A left-out type runs when its signature is ready in full, or
+        when nothing else is ready (the fallback)."""
         keys = view.sig_keys if len(view.sig_keys) == view.n_sigs else [None] * view.n_sigs
-        return np.array([self._ids.get(k, known + s) for s, k in enumerate(keys)], np.int64)
+        ids = (self._ids.get(k, -1) for k in keys)
+        return np.array([i if i in self._in_states else -1 for i in ids], np.int64)
 
     def schedule(self, view):
         """(order, batch_ptr, steps that fell back to the heuristic)."""

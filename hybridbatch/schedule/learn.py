@@ -13,6 +13,7 @@ from .frontier import CRITICAL, average_depth, episode, fallback_rule, greedy_ac
 from .lower_bound import lower_bound
 
 CHECK_EVERY = 10        # episodes between evaluations of the greedy table (ED-Batch: 50)
+PATIENCE = 100          # episodes without a better table before learning stops
 LEARNING_RATE = 0.2
 EPSILON = (0.3, 0.02)   # exploration, decaying linearly from the first to the second
 
@@ -28,12 +29,18 @@ class _Capture:
         return agenda(view)
 
 
-def capture_views(model_fn, sample_inputs, granularity="block"):
-    """The GraphViews of the flushes that running model_fn over the samples makes."""
+def capture_views(model_fn, sample_inputs, granularity="block", batch_size=None):
+    """The GraphViews of the flushes that running model_fn over the samples makes: one scope
+    for all of them, or with batch_size one scope per minibatch of that many, as training
+    records them."""
     capture = _Capture()
-    with batching(policy=capture, granularity=granularity):
-        for x in sample_inputs:
-            model_fn(x)
+    size = len(sample_inputs) if batch_size is None else batch_size
+    if size < 1:
+        raise ValueError(f"batch_size must be a positive number of samples, not {batch_size!r}")
+    for i in range(0, len(sample_inputs), size):
+        with batching(policy=capture, granularity=granularity):
+            for x in sample_inputs[i:i + size]:
+                model_fn(x)
     if not capture.views:
         raise ValueError("model_fn recorded nothing to schedule for these sample inputs")
     return capture.views
@@ -76,22 +83,25 @@ class _QTable:
 
 
 def learn_policy(model_fn, sample_inputs, encoding="sort", alpha=0.5, episodes=300, n_step=4, seed=0,
-                 progress=True, granularity="block"):
+                 progress=True, granularity="block", batch_size=None):
     """An FSMPolicy learned for model_fn: model_fn(x) for each sample input is recorded in
-    one hb.batching scope of this granularity, and the flushes' graphs are learned on.
+    an hb.batching scope of this granularity (one per `batch_size` samples, else one for
+    all), and the flushes' graphs are learned on. Several minibatches show the table more
+    of the states that unseen minibatches reach.
 
     encoding: "base", "max", "sort" (ED-Batch's states, frontier-ratio fallback) or "phase"
     (ready types by critical path, critical-path fallback). The reward of a step is
     -batches + alpha * frontier ratio; n_step: steps before bootstrapping. The policy's
     `batches` and `lower_bound` say how it did on the samples."""
     encoding_code(encoding)          # a bad name fails before the model runs
-    return learn_views(capture_views(model_fn, sample_inputs, granularity), encoding, alpha, episodes,
-                       n_step, seed, progress)
+    return learn_views(capture_views(model_fn, sample_inputs, granularity, batch_size), encoding, alpha,
+                       episodes, n_step, seed, progress)
 
 
 def learn_views(views, encoding="sort", alpha=0.5, episodes=300, n_step=4, seed=0, progress=True):
     """learn_policy on GraphViews (with sig_keys). Returns the table of fewest batches over
-    the views among those evaluated (every CHECK_EVERY episodes), with .batches and
+    the views among those evaluated (every CHECK_EVERY episodes; learning stops at the
+    bound, or after PATIENCE episodes without a better one), with .batches and
     .lower_bound set. The first episode follows the fallback heuristic, so learning starts
     from it; the phase table may also end up empty (its fallback alone is as cheap)."""
     if n_step < 1 or episodes < 1:
@@ -99,7 +109,7 @@ def learn_views(views, encoding="sort", alpha=0.5, episodes=300, n_step=4, seed=
     table = _QTable(views, encoding)
     rng = np.random.default_rng(seed)
     bound = sum(lower_bound(v) for v in views)
-    best = None
+    best, improved = None, 0
     if fallback_rule(table.code) == CRITICAL:
         best = table.policy(empty=True)
         best.batches = table.batches(best)
@@ -114,7 +124,9 @@ def learn_views(views, encoding="sort", alpha=0.5, episodes=300, n_step=4, seed=
                 policy = table.policy()
                 policy.batches = table.batches(policy)
                 if best is None or policy.batches < best.batches:
-                    best = policy
+                    best, improved = policy, e
                 bar.set_postfix(batches=best.batches, lower_bound=bound)
+                if e - improved >= PATIENCE:
+                    break
     best.lower_bound = bound
     return best
