@@ -448,9 +448,9 @@ def test_signatures_ready_in_full_need_no_state():
     assert check_schedule(view, order, bptr) == lower_bound(view) == 9
 
 
-def test_an_unseen_state_backs_off_to_the_state_without_one_type():
+def test_an_unseen_state_backs_off_to_the_longest_known_state_inside_it():
     """Chains a-b and c-d learned apart; run side by side, every state ({a, c}, {b, d}, ...)
-    is new, but without one of its types it is one the table knows."""
+    is new, but each holds states the table knows."""
     policy = learn_views([build(chain(["a", "b"] * 3)), build(chain(["c", "d"] * 3))], "base", episodes=10,
                          progress=False)
     view = build(chain(["a", "b"] * 3) + chain(["c", "d"] * 3, start=6))

@@ -258,10 +258,10 @@ def _pick(rule, nready, front, top, priority, cost):
 
 
 @njit(cache=True)
-def _state(encoding, loop, vid, key, rank, skip):
+def _state(encoding, loop, vid, key, rank):
     """The state of the ready set as a key over stable type ids: fills key, returns its
-    length (-1 if it does not fit); signatures of vid -1, and signature `skip`, are left
-    out. Elements are vid * FLAGS + flags. `rank` is scratch of key's size: the loop runs
+    length (-1 if it does not fit); signatures of vid -1 are left out. Elements are
+    vid * FLAGS + flags. `rank` is scratch of key's size: the loop runs
     once per batch, so it allocates nothing.
 
     BASE: ready types by vid. MAX: BASE, flag 1 on the most frequent. SORT: by ready count,
@@ -272,7 +272,7 @@ def _state(encoding, loop, vid, key, rank, skip):
     k = 0
     span = 0
     for s in range(nready.shape[0]):
-        if nready[s] > 0 and vid[s] >= 0 and s != skip:     # vid -1: a type the table leaves out
+        if nready[s] > 0 and vid[s] >= 0:       # vid -1: a type the table leaves out
             if k == key.shape[0]:
                 return -1
             key[k] = s
@@ -337,15 +337,28 @@ def _find(slots, skeys, slen, key, k):
 
 
 @njit(cache=True)
-def _lookup(encoding, loop, vid, key, rank, skip, slots, skeys, slen, act, local):
-    """The table's action (a ready signature) for the state without `skip`, or -1."""
-    k = _state(encoding, loop, vid, key, rank, skip)
+def _lookup(encoding, loop, vid, key, rank, slots, skeys, slen, act, local):
+    """The table's action (a ready signature) for the state, else that of the longest
+    state in the table whose elements appear in this one's key, in order (backing off: a
+    new minibatch often overlaps two phases more than the samples did); -1 if none does."""
+    k = _state(encoding, loop, vid, key, rank)
     if k <= 0:
         return -1
     _, sid = _find(slots, skeys, slen, key, k)
-    if sid < 0 or loop[NREADY][local[act[sid]]] == 0:
+    if sid < 0:
+        longest = 0
+        for t in range(slen.shape[0]):
+            if slen[t] <= longest or slen[t] > k:
+                continue
+            j = 0
+            for i in range(k):
+                if j < slen[t] and skeys[t, j] == key[i]:
+                    j += 1
+            if j == slen[t]:
+                sid, longest = t, slen[t]
+    if sid < 0:
         return -1
-    return local[act[sid]]
+    return local[act[sid]]        # the action is one of the state's types: ready
 
 
 @njit(cache=True)
@@ -381,10 +394,8 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
     """The schedule (order, batch_ptr) and how many steps fell back to a heuristic.
 
     rule AGENDA, FRONTIER or CRITICAL: that heuristic. TABLE: a signature ready in full
-    (_complete); else the action act[state] of the learned table for the state's key; else
-    that of the state without one of its types, the first such state in the table (backing
-    off: a new minibatch often overlaps one phase more than the samples did); else the
-    encoding's fallback heuristic. The frontier bookkeeping starts at the first step that
+    (_complete); else the action act[state] of the learned table for the state's key, or of
+    the longest table state inside it (_lookup); else the encoding's fallback heuristic. The frontier bookkeeping starts at the first step that
     needs it, so a table that covers the graph costs about what agenda does."""
     n = sig.shape[0]
     n_sigs = priority.shape[0]
@@ -411,12 +422,7 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
         if rule == TABLE:
             best = _complete(nready, loop[LEFT])
             if best < 0:
-                best = _lookup(encoding, loop, vid, key, rank, -1, slots, skeys, slen, act, local)
-            s = 0
-            while best < 0 and s < n_sigs:      # back off: the state without one ready type
-                if nready[s] > 0 and vid[s] >= 0:
-                    best = _lookup(encoding, loop, vid, key, rank, s, slots, skeys, slen, act, local)
-                s += 1
+                best = _lookup(encoding, loop, vid, key, rank, slots, skeys, slen, act, local)
             if best < 0:
                 fallbacks += 1
         if best < 0:
@@ -501,7 +507,7 @@ def episode(sig, executable, unbatchable, priority, cost, arg_ptr, args, vid, en
         sid = k = -1
         best = -1
         if pos < n_exec:
-            k = _state(encoding, loop, vid, key, rank, -1)
+            k = _state(encoding, loop, vid, key, rank)
             slot, sid = _find(slots, skeys, slen, key, k)
             if sid < 0:
                 if n_states == skeys.shape[0]:
