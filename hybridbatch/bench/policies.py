@@ -36,46 +36,60 @@ POLICIES = {
 }
 
 
-def _schedule_seconds(policies, views, repeats=5):
-    """Per policy, the fastest of `repeats` rounds of scheduling every view once; the
-    policies take turns within a round, so the host's drift reaches them alike."""
-    best = dict.fromkeys(policies, float("inf"))
+def _vs_agenda(rounds):
+    """Per policy, the median over rounds of its time / agenda's time in the same round:
+    the policies take turns within a round, so the host's drift (20% within minutes here)
+    cancels out of each ratio."""
+    return {row: statistics.median(r[row] / r["agenda"] for r in rounds) for row in rounds[0]}
+
+
+def _schedule_seconds(policies, views, repeats=15):
+    """Per policy, the fastest of `repeats` rounds of scheduling every view once, and its
+    ratio to agenda (_vs_agenda)."""
+    rounds = []
     for _ in range(repeats):
+        times = {}
         for row, policy in policies.items():
             t0 = time.perf_counter()
             for v in views:
                 policy(v)
-            best[row] = min(best[row], time.perf_counter() - t0)
-    return best
+            times[row] = time.perf_counter() - t0
+        rounds.append(times)
+    return {row: min(r[row] for r in rounds) for row in policies}, _vs_agenda(rounds)
 
 
 MEASURED_BATCHES = 2     # timed training minibatches per policy and round, after one warm-up
-MEASURE_ROUNDS = 3       # rounds in which every policy trains on them in turn (fastest kept)
+MEASURE_ROUNDS = 5       # rounds in which every policy trains on them in turn
 LEARN_BATCHES = 4        # minibatches a learned policy is trained on
 
 
 def _training_runs(wl, policies, cfg, measured, lr):
     """Per policy: the fastest round's training throughput and whole-flush scheduling time
-    (Stats: GraphView, policy, plan) over the measured minibatches, policies taking turns."""
+    (Stats: GraphView, policy, plan) over the measured minibatches, policies taking turns,
+    and that scheduling time's ratio to agenda's (_vs_agenda)."""
     batch = cfg.batch
     trainer = Trainer(wl.parameters(), "sgd", {"learning_rate": lr})
     cfgs = {row: dataclasses.replace(cfg, policy=p) for row, p in policies.items()}
     for row in policies:
         train_batched(wl, trainer, measured[:batch], cfgs[row], _NoBar())          # warm-up
-    best = {row: None for row in policies}
+    best, rounds = {row: None for row in policies}, []
     capacity = CACHE.capacity
     CACHE.resize(0)        # the rounds repeat minibatches: every flush must run its policy
     try:
         for _ in range(MEASURE_ROUNDS):
+            schedule = {}
             for row in policies:
                 run = train_batched(wl, trainer, measured[batch:], cfgs[row], _NoBar())
+                schedule[row] = run["split"]["schedule"]
                 if best[row] is None or run["seconds"] < best[row]["seconds"]:
                     best[row] = run
+            rounds.append(schedule)
     finally:
         CACHE.resize(capacity)
     n = len(measured[batch:])
-    return {row: {"train_throughput": n / run["seconds"], "plan_schedule_seconds": run["split"]["schedule"]}
-            for row, run in best.items()}
+    ratio = _vs_agenda(rounds)
+    return {row: {"train_throughput": n / run["seconds"], "plan_schedule_seconds": run["split"]["schedule"],
+                  "plan_schedule_vs_agenda": ratio[row]} for row, run in best.items()}
 
 
 def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, data=None, seed=0,
@@ -111,16 +125,12 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
                      "ratio_tight": batches / tight if tight else None, "learn_seconds": learn_seconds}
         if progress:
             print(f"  {name} {row}: {batches} batches (bound {bound})", file=sys.stderr)
-    for row, seconds in _schedule_seconds(policies, views).items():
-        rows[row]["schedule_seconds"] = seconds
+    seconds, ratio = _schedule_seconds(policies, views)
+    for row in policies:
+        rows[row].update(schedule_seconds=seconds[row], schedule_vs_agenda=ratio[row])
     if measure:
         for row, figures in _training_runs(wl, policies, cfg, measured, lr).items():
             rows[row].update(figures)
-    for key in ("schedule_seconds", "plan_schedule_seconds"):
-        base = rows["agenda"].get(key)
-        for out in rows.values():
-            if key in out:
-                out[key.replace("seconds", "vs_agenda")] = out[key] / base if base else None
     return {"workload": name, "granularity": granularity, "eval_minibatches": len(judged),
             "lower_bound": bound, "tight_lower_bound": tight, "policies": rows}
 
@@ -145,7 +155,7 @@ def format_policies(res):
     width = max(max(len(n) for n in names), 13) + 2
     head = f"{'workload':<12}{'bound':>7}{'tight':>7}" + "".join(f"{n:>{width}}" for n in names)
     lines = ["batches executed (x ED-Batch's lower bound), learned policies judged on unseen minibatches;",
-             "tight = max(ED-Batch's bound, the path-pair bound)", head]
+             "tight = max(ED-Batch's bound, the path-pair bound, the grouped bound)", head]
     for r in res["results"]:
         cells = [f"{p['batches']} ({p['ratio']:.2f})" if p["ratio"] else str(p["batches"])
                  for p in (r["policies"][n] for n in names)]
