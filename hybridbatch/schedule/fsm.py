@@ -71,7 +71,7 @@ class FSMPolicy:
         one sentence length). States leave those types out: they carry nothing the table
         learned, and a sum per length would otherwise make most states of unseen
         minibatches unseen. A left-out type runs when its signature is ready in full, or
-        when nothing else is ready (the fallback)."""
+        when the fallback heuristic picks it."""
         keys = view.sig_keys if len(view.sig_keys) == view.n_sigs else [None] * view.n_sigs
         ids = (self._ids.get(k, -1) for k in keys)
         return np.array([i if i in self._in_states else -1 for i in ids], np.int64)
