@@ -222,7 +222,7 @@ def _carry_release(batch, a, sig, carry, front, cons_ptr, cons, stack, col):
                     sp += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _complete(nready, left):
     """A ready signature all of whose unexecuted nodes are ready, or -1. Running it now never
     costs a batch: any schedule can run those nodes first instead, in one batch, and keep
@@ -257,7 +257,7 @@ def _pick(rule, nready, front, top, priority, cost):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _state(encoding, loop, vid, key, rank):
     """The state of the ready set as a key over stable type ids: fills key, returns its
     length (-1 if it does not fit); signatures of vid -1 are left out. Elements are
@@ -308,7 +308,7 @@ def _state(encoding, loop, vid, key, rank):
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _hash(key, k):
     h = np.uint64(1469598103934665603)
     for i in range(k):
@@ -316,7 +316,7 @@ def _hash(key, k):
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _find(slots, skeys, slen, key, k):
     """The table slot holding this exact key: (slot, state id), state id -1 if absent."""
     mask = slots.shape[0] - 1
@@ -336,7 +336,7 @@ def _find(slots, skeys, slen, key, k):
         i = (i + 1) & mask
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _lookup(encoding, loop, vid, key, rank, slots, skeys, slen, act, local):
     """The table's action (a ready signature) for the state, else that of the longest
     state in the table whose elements appear in this one's key, in order (backing off: a
