@@ -108,3 +108,12 @@ def test_use_mkl_without_mkl_says_how_to_get_it(monkeypatch):
     monkeypatch.setattr(blas, "_mkl", None)
     with pytest.raises(RuntimeError, match="install the `mkl` package"):
         hb.set_blas("mkl")
+
+
+def test_an_unloadable_mkl_warns_and_leaves_numpy(monkeypatch):
+    monkeypatch.delenv("HYBRIDBATCH_BLAS", raising=False)
+    monkeypatch.setattr(blas, "_library_path", lambda: "/nonexistent/libmkl_rt.so.3")
+    with pytest.warns(UserWarning, match="is not usable"):
+        assert blas._load() is None
+    monkeypatch.setenv("HYBRIDBATCH_BLAS", "numpy")
+    assert blas._load() is None

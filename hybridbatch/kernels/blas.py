@@ -24,6 +24,7 @@ import numpy as np
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 B_MATRIX, PACKED = 162, 151
 THREADING_SEQUENTIAL = 1
+INTERFACE_LP64 = 0
 
 
 def _library_path():
@@ -43,8 +44,11 @@ class _MKL:
 
     def __init__(self, path):
         lib = ctypes.CDLL(path)
+        # both must precede every other MKL call; 32-bit ints, whatever MKL_INTERFACE_LAYER says
+        lib.MKL_Set_Interface_Layer.argtypes = [ctypes.c_int]
+        lib.MKL_Set_Interface_Layer(INTERFACE_LP64)
         threads = os.environ.get("MKL_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
-        if threads == "1":      # must precede every other MKL call
+        if threads == "1":
             lib.MKL_Set_Threading_Layer.argtypes = [ctypes.c_int]
             lib.MKL_Set_Threading_Layer(THREADING_SEQUENTIAL)
         text = ctypes.create_string_buffer(256)
@@ -72,15 +76,18 @@ def _load():
         return None
     try:
         mkl = _MKL(path)
+        a = np.arange(6, dtype=np.float32).reshape(2, 3)
+        ok = np.array_equal(_gemm(mkl, a, a.T), a @ a.T)     # small integers: exact
     except (OSError, AttributeError) as e:
-        warnings.warn(f"MKL at {path} could not be loaded ({e}); using numpy's BLAS", stacklevel=2)
+        ok, why = False, e
+    else:
+        why = "a 2x3 product differs from numpy's"
+    if not ok:
+        warnings.warn(f"MKL at {path} is not usable ({why}); using numpy's BLAS", stacklevel=2)
         return None
     return mkl
 
 
-_mkl = _load()
-_active = _mkl
-_state = threading.local()
 
 
 def name():
@@ -143,7 +150,10 @@ def _usable(lib, *arrays):
 def gemm(a, b, library=None):
     """a @ b for 2-D arrays; transposed views (a.T) cost no copy. `library`: "mkl" or
     "numpy" for this product only (the benchmark's reference rate), else the one in use."""
-    lib = _active if library is None else {"mkl": _mkl, "numpy": None}[library]
+    return _gemm(_active if library is None else {"mkl": _mkl, "numpy": None}[library], a, b)
+
+
+def _gemm(lib, a, b):
     if not _usable(lib, a, b):
         return a @ b
     pa, pb = _operand(a), _operand(b)
@@ -154,7 +164,7 @@ def gemm(a, b, library=None):
     n = b.shape[1]
     out = np.empty((m, n), a.dtype)
     lib.gemm[a.dtype](ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, 1.0,
-                          a0.ctypes.data, a0.shape[1], b0.ctypes.data, b0.shape[1], 0.0, out.ctypes.data, n)
+                      a0.ctypes.data, a0.shape[1], b0.ctypes.data, b0.shape[1], 0.0, out.ctypes.data, n)
     return out
 
 
@@ -201,3 +211,8 @@ def shared_product(x, w):
     _active.compute[x.dtype](ROW_MAJOR, NO_TRANS, PACKED, B, n, k, x.ctypes.data, k, buf.ctypes.data, n,
                              0.0, out.ctypes.data, n)
     return out
+
+
+_mkl = _load()
+_active = _mkl
+_state = threading.local()
