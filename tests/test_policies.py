@@ -459,6 +459,13 @@ def test_an_unseen_state_backs_off_to_the_longest_known_state_inside_it():
     assert check_schedule(view, order, bptr) == n_batches(greedy_frontier, view) == 12
 
 
+def test_capture_needs_samples_and_a_positive_batch_size():
+    with pytest.raises(ValueError, match="recorded nothing"):
+        hb.learn_policy(fig1_tree, [], encoding="sort", progress=False)
+    with pytest.raises(ValueError, match="batch_size must be a positive"):
+        hb.learn_policy(fig1_tree, fig1_samples(2), encoding="sort", progress=False, batch_size=0)
+
+
 def test_learning_needs_named_types():
     view = make_view(chain([1, 2]))
     with pytest.raises(ValueError, match="sig_key"):

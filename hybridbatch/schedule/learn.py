@@ -34,7 +34,7 @@ def capture_views(model_fn, sample_inputs, granularity="block", batch_size=None)
     for all of them, or with batch_size one scope per minibatch of that many, as training
     records them."""
     capture = _Capture()
-    size = len(sample_inputs) if batch_size is None else batch_size
+    size = max(len(sample_inputs), 1) if batch_size is None else batch_size
     if size < 1:
         raise ValueError(f"batch_size must be a positive number of samples, not {batch_size!r}")
     for i in range(0, len(sample_inputs), size):
