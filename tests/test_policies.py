@@ -26,6 +26,7 @@ from hybridbatch.schedule import POLICIES, GraphView, agenda, get_policy, lower_
 from hybridbatch.schedule.frontier import critical_path, greedy_frontier
 from hybridbatch.schedule.learn import learn_views
 from hybridbatch.schedule.lower_bound import grouped_bound, path_bound, tight_lower_bound
+from hybridbatch.schedule.search import rollout_search
 from test_scheduling import (LABELS, XS, chain, chain_loss, check_schedule, graph_views, make_view,
                              run_chains)
 
@@ -544,5 +545,31 @@ def optimum(view):
 def test_tight_bound_never_exceeds_the_optimum(view):
     best = optimum(view)
     assert lower_bound(view) <= tight_lower_bound(view) <= best
-    for name in ("agenda", "critical-path"):
+    for name in ("agenda", "critical-path", "search"):
         assert n_batches(POLICIES[name], view) >= best
+
+
+# ---------------------------------------------------------------------------------------
+# Search: looks ahead where the ready set alone misleads
+# ---------------------------------------------------------------------------------------
+def test_search_finds_the_supersequence_critical_path_misses():
+    """Chains bbaa and abbb: both paths are 4 long, and critical path's tie-break runs b
+    first (7 batches). One step of look-ahead finds abbbaa, the shortest common supersequence."""
+    view = build(chain(list("bbaa")) + chain(list("abbb"), start=4))
+    assert n_batches(POLICIES["critical-path"], view) == 7
+    assert optimum(view) == 6
+    for width in (1, 4):
+        assert n_batches(lambda v: rollout_search(v, width), view) == 6, width
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph_views())
+def test_search_is_valid_and_never_behind_critical_path(view):
+    cp = n_batches(POLICIES["critical-path"], view)
+    for width in (1, 3):
+        assert lower_bound(view) <= n_batches(lambda v: rollout_search(v, width), view) <= cp, width
+
+
+def test_search_width_must_be_positive():
+    with pytest.raises(ValueError, match="width must be at least 1"):
+        rollout_search(build(chain(["a"])), 0)

@@ -26,10 +26,11 @@ examples:
   python -m hybridbatch.bench W1 --sweep hidden --json w1_hidden.json   # + w1_hidden.png
   python -m hybridbatch.bench policies --data ../shared/data --json policies.json  # + policies.png
 
-`policies` compares every scheduling policy (depth, agenda, greedy-frontier, critical-path
-and the learned fsm-base/max/sort/phase) on every workload (or --workloads): batches
-executed against the lower bound, policy learning time, scheduling time against agenda and
-training throughput; it writes a bar chart PNG.
+`policies` compares every scheduling policy (depth, agenda, greedy-frontier, critical-path,
+the learned fsm-base/max/sort/phase, and search) on every workload (or --workloads):
+batches executed against the lower bound, policy learning time, scheduling time against
+agenda and training throughput (not for search, whose planning is far slower than the
+rest); it writes a bar chart PNG.
 """
 
 

@@ -6,11 +6,12 @@ all of one signature, each node's operands in earlier batches.
 from .agenda import agenda
 from .depth import by_depth
 from .frontier import critical_path, greedy_frontier
+from .search import rollout_search
 from .graph_view import GraphView  # noqa: F401
 from .lower_bound import lower_bound  # noqa: F401
 
 POLICIES = {"agenda": agenda, "depth": by_depth, "greedy-frontier": greedy_frontier,
-            "critical-path": critical_path}
+            "critical-path": critical_path, "search": rollout_search}
 
 
 def get_policy(policy):

@@ -3,6 +3,7 @@
 A schedule repeats one step: pick a signature among those with ready nodes, run all its
 ready nodes, release their consumers. Policies differ only in the pick: agenda's average
 depth, the frontier ratio of ED-Batch's reward, the critical path, or a learned table.
+search.py looks ahead with this loop's kernels (_start, _take, copy_loop, critical_completion).
 Everything here calls everything else, so it stays in one file: numba's on-disk cache does
 not notice a changed callee in another module.
 
@@ -568,6 +569,28 @@ def greedy_actions(q, seen, skeys, slen, n_states):
     return act
 
 
+@njit(cache=True)
+def copy_loop(loop):
+    """The loop state with its mutable arrays copied (edges and heights are only read)."""
+    return (loop[INDEG].copy(), loop[CONS_PTR], loop[CONS], loop[HEAD].copy(), loop[TAIL].copy(),
+            loop[NEXT].copy(), loop[NREADY].copy(), loop[LEFT].copy(), loop[HEIGHT], loop[TOP].copy())
+
+
+@njit(cache=True)
+def critical_completion(loop, sig, unbatchable, priority, cost, order, bptr, pos, nb):
+    """Run critical path's picks from this state to the end (consumes loop): (pos, nb)."""
+    front = np.zeros(priority.shape[0], np.int64)      # CRITICAL does not read it
+    while pos < order.shape[0]:
+        s = _pick(CRITICAL, loop[NREADY], front, loop[TOP], priority, cost)
+        pos, nb = _take(s, sig, unbatchable, order, bptr, pos, nb, loop)
+    return pos, nb
+
+
+@njit(cache=True)
+def critical_pick(loop, priority, cost):
+    """The signature critical path runs next from this state."""
+    return _pick(CRITICAL, loop[NREADY], np.zeros(priority.shape[0], np.int64), loop[TOP], priority, cost)
+
 def average_depth(sig, depth, executable, n_sigs):
     """Mean depth of the executed nodes of each signature (DyNet's priority)."""
     w = executable.astype(np.float64)
@@ -600,3 +623,4 @@ def critical_path(view):
     what holds up the end of the run goes first (weighted majority merge for chains)."""
     order, bptr, _ = schedule(view, CRITICAL)
     return order, bptr
+

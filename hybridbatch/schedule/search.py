@@ -1,0 +1,70 @@
+"""`policy="search"`: beam search over schedules, each partial schedule scored by its
+critical-path completion (width 1 is the rollout, or pilot, method).
+
+Why: the heuristics and learned tables decide from the ready set alone; on lattices they
+stay 1.3x above the lower bound, and nothing tells whether the bound or the policies are
+loose. A search's count is a schedule that exists. Each step extends every kept partial
+schedule by every ready signature, scores each by the batches of the prefix plus critical
+path's completion of it, and keeps the `width` best distinct ones. The answer is the best
+scored schedule met, and the very first step scores critical path's own schedule, so the
+search never runs more batches than critical path does.
+
+The price is a completion per kept schedule, ready signature and step: O(steps x width x
+signatures x (nodes + edges)). At width 1 a W6 minibatch takes about a second, hundreds of
+times agenda's time: a reference for offline comparison (`bench policies`), or a choice
+where a batch costs far more than planning does. The loop itself runs in frontier.py's
+numba kernels; this module only keeps the beam.
+"""
+import numpy as np
+
+from .frontier import INDEG, LEFT, NREADY, _n_executed, _start, _take, average_depth, copy_loop, critical_completion, critical_pick
+
+WIDTH = 4
+
+
+def rollout_search(view, width=WIDTH):
+    """The best schedule (order, batch_ptr) a beam of `width` partial schedules finds."""
+    if width < 1:
+        raise ValueError(f"search width must be at least 1, not {width}")
+    sig, unbatchable, cost = view.sig, view.unbatchable, view.cost
+    priority = average_depth(sig, view.depth, view.executable, view.n_sigs)
+    n_exec = _n_executed(view.executable)
+    order, bptr = np.empty(n_exec, np.int64), np.zeros(n_exec + 1, np.int64)
+
+    def complete(loop, pos, nb):
+        return critical_completion(copy_loop(loop), sig, unbatchable, priority, cost, order, bptr, pos, nb)[1]
+
+    root = _start(sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
+    best_total, best_steps = complete(root, 0, 0), ()
+    beam = [(0, 0, (), root)]                    # (batches, nodes run, signatures run, loop state)
+    while beam:
+        scored, seen = [], set()
+        for nb, pos, steps, loop in beam:
+            first = critical_pick(loop, priority, cost)       # its ties go to critical path
+            for s in [first] + [s for s in np.flatnonzero(loop[NREADY]) if s != first]:
+                trial = copy_loop(loop)
+                p, b = _take(s, sig, unbatchable, order, bptr, pos, nb, trial)
+                if p == n_exec:
+                    total = b
+                else:
+                    key = (trial[INDEG].tobytes(), trial[LEFT].tobytes())   # alike states are kept once
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    total = complete(trial, p, b)
+                    scored.append((total, b, p, steps + (int(s),), trial))
+                if total < best_total:
+                    best_total, best_steps = total, steps + (int(s),)
+        scored.sort(key=lambda c: c[:2])          # stable: earlier (critical path's) first on ties
+        beam = [(b, p, steps, loop) for _, b, p, steps, loop in scored[:width]]
+    return _replay(view, priority, best_steps, order, bptr)
+
+
+def _replay(view, priority, steps, order, bptr):
+    """The schedule of running `steps` (signatures), then critical path to the end."""
+    loop = _start(view.sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
+    pos = nb = 0
+    for s in steps:
+        pos, nb = _take(s, view.sig, view.unbatchable, order, bptr, pos, nb, loop)
+    pos, nb = critical_completion(loop, view.sig, view.unbatchable, priority, view.cost, order, bptr, pos, nb)
+    return order.copy(), bptr[:nb + 1].copy()
