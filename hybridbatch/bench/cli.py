@@ -48,7 +48,7 @@ def build_parser():
                     help="policies: count batches only, skip the training runs")
     ap.add_argument("--hidden", type=int, default=256, help="hidden size = embedding size (256)")
     ap.add_argument("--batch", type=int, default=64, help="minibatch size (64)")
-    ap.add_argument("--policy", default="agenda", help="scheduling policy: agenda, depth, greedy-frontier or critical-path (agenda)")
+    ap.add_argument("--policy", default="agenda", help="scheduling policy: agenda, depth, greedy-frontier, critical-path or search (agenda)")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default=None,
                     help="recording granularity (default: the workload's, block for W1-W3)")
     ap.add_argument("--data", metavar="DIR", default=None,
