@@ -116,6 +116,7 @@ def test_scopes_do_not_nest():
                 pass
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in log:RuntimeWarning")   # the NaN is the point
 def test_check_numerics_names_the_op_and_the_recording_line():
     x = hb.Parameter("x", (3,), init=-1.0)
     with pytest.raises(hb.NumericsError) as info:
