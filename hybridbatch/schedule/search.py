@@ -1,5 +1,6 @@
 """`policy="search"`: beam search over schedules, each partial schedule scored by its
-critical-path completion (width 1 is the rollout, or pilot, method).
+critical-path completion (width 1 is the rollout, or pilot, method). It stops early at the
+lower bound.
 
 Why: the heuristics and learned tables decide from the ready set alone; on lattices they
 stay 1.3x above the lower bound, and nothing tells whether the bound or the policies are
@@ -17,7 +18,9 @@ numba kernels; this module only keeps the beam.
 """
 import numpy as np
 
-from .frontier import INDEG, LEFT, NREADY, _n_executed, _start, _take, average_depth, copy_loop, critical_completion, critical_pick
+from .frontier import (INDEG, LEFT, NREADY, _n_executed, _start, _take, average_depth, copy_loop,
+                       critical_completion, critical_pick)
+from .lower_bound import lower_bound
 
 WIDTH = 4
 
@@ -36,8 +39,9 @@ def rollout_search(view, width=WIDTH):
 
     root = _start(sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
     best_total, best_steps = complete(root, 0, 0), ()
+    bound = lower_bound(view)                    # nothing beats it: stop there
     beam = [(0, 0, (), root)]                    # (batches, nodes run, signatures run, loop state)
-    while beam:
+    while beam and best_total > bound:
         scored, seen = [], set()
         for nb, pos, steps, loop in beam:
             first = critical_pick(loop, priority, cost)       # its ties go to critical path
