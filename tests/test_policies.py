@@ -214,7 +214,7 @@ def test_every_policy_returns_a_valid_schedule_not_below_the_bound(view, other):
             assert n_batches(policy, target) >= lb, name
 
 
-@pytest.mark.parametrize("policy", ["greedy-frontier", "critical-path", "fsm"])
+@pytest.mark.parametrize("policy", ["greedy-frontier", "critical-path", "search", "fsm"])
 def test_batched_values_and_gradients_equal_eager(policy, fig1_policy):
     policy = fig1_policy if policy == "fsm" else policy
     samples = fig1_samples(6, seed=5)
