@@ -136,9 +136,12 @@ class HybridBlock(Block):
         types = scope.graph.type
         ids, key, ints = [], [], []
         for a in args:
-            if a.__class__ is Future and a.scope is scope:     # the common case, first
-                ids.append(a.id)
-                key.append(types[a.id])
+            if a.__class__ is Future and a.scope is scope:     # the common cases first:
+                ids.append(a.id)                               # exact class tests are cheaper
+                key.append(types[a.id])                        # than isinstance
+            elif a.__class__ is int:
+                key.append(INT)
+                ints.append(a)
             elif isinstance(a, Parameter):
                 key.append(a)
             elif isinstance(a, (int, np.integer)):

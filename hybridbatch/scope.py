@@ -29,6 +29,10 @@ _local = threading.local()
 _sig_by_key = signature._sig_by_key
 
 GRANULARITIES = ("op", "block", "auto")
+# the Futures of a block call with 2 or 3 outputs, as one tuple display: a sixth of a
+# recorded call's time less than a list comprehension (Python 3.11 runs it as a function)
+_FUTURE_TUPLES = {2: lambda scope, nid: (Future(scope, nid), Future(scope, nid + 1)),
+                  3: lambda scope, nid: (Future(scope, nid), Future(scope, nid + 1), Future(scope, nid + 2))}
 
 
 def current():
@@ -168,6 +172,9 @@ class batching:
         nid = g.add(program.sig.id, program.sig.out_type, depth, ids, aux, program.extra_outs)
         if program.single:
             return Future(self, nid)
+        make = _FUTURE_TUPLES.get(len(program.outputs))
+        if make is not None:
+            return make(self, nid)
         return tuple([Future(self, nid + j) for j in range(len(program.outputs))])
 
     def constant(self, value):
