@@ -591,6 +591,7 @@ def critical_pick(loop, priority, cost):
     """The signature critical path runs next from this state."""
     return _pick(CRITICAL, loop[NREADY], np.zeros(priority.shape[0], np.int64), loop[TOP], priority, cost)
 
+
 def average_depth(sig, depth, executable, n_sigs):
     """Mean depth of the executed nodes of each signature (DyNet's priority)."""
     w = executable.astype(np.float64)
@@ -623,4 +624,3 @@ def critical_path(view):
     what holds up the end of the run goes first (weighted majority merge for chains)."""
     order, bptr, _ = schedule(view, CRITICAL)
     return order, bptr
-
