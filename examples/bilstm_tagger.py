@@ -18,7 +18,7 @@ import sys
 import time
 from collections import Counter
 
-from common import minibatches  # noqa: E402  (first: one thread, repository on the path)
+from common import add_batching_args, minibatches  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
@@ -89,9 +89,7 @@ def main():
     ap.add_argument("--chars", action="store_true", help="W3: embed rare words by a character BiLSTM")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--mode", choices=("eager", "batched"), default="batched")
-    ap.add_argument("--policy", choices=("agenda", "depth"), default="agenda")
-    ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
+    add_batching_args(ap)
     ap.add_argument("--hidden", type=int, default=256, help="word embedding and LSTM size (chars: half)")
     ap.add_argument("--lstmcell", action="store_true",
                     help="steps as nn.LSTMCell over [x; h] (default: input projections hoisted out of the "

@@ -1,8 +1,10 @@
 """What every training example shares: one thread per WORKLOADS.md, the repository on the
-import path, shuffled minibatches, and running a piece of the model eagerly or batched.
+import path, the --mode/--policy/--granularity flags, shuffled minibatches, and running a
+piece of the model eagerly or batched.
 
 Import it first: the thread settings must be in place before numpy loads its BLAS.
 """
+import argparse
 import os
 import sys
 import time
@@ -12,6 +14,29 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import hybridbatch as hb  # noqa: E402
+from hybridbatch.schedule import POLICIES  # noqa: E402
+
+
+def policy_arg(value):
+    """--policy: a built-in policy's name, or the path of a learned policy saved by
+    FSMPolicy.save (hb.learn_policy)."""
+    if value in POLICIES:
+        return value
+    if os.path.isfile(value):
+        try:
+            return hb.FSMPolicy.load(value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    raise argparse.ArgumentTypeError(f"{value!r} is neither a policy ({', '.join(sorted(POLICIES))}) "
+                                     f"nor a saved FSM policy file")
+
+
+def add_batching_args(ap):
+    """--mode, --policy and --granularity, the same in every training example."""
+    ap.add_argument("--mode", choices=("batched", "eager"), default="batched")
+    ap.add_argument("--policy", type=policy_arg, default="agenda",
+                    help=f"{', '.join(sorted(POLICIES))}, or a saved FSM policy file (agenda)")
+    ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
 
 
 def minibatches(items, size, rng):

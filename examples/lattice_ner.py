@@ -18,7 +18,7 @@ their parent folder holding `lattice_ner/`.
 import argparse
 import sys
 
-from common import run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+from common import add_batching_args, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
@@ -47,9 +47,7 @@ def accuracy(workload, sentences, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", help="folder with train.txt, dev.txt and lexicon.txt (default: synthetic lattices)")
-    ap.add_argument("--mode", choices=("batched", "eager"), default="batched")
-    ap.add_argument("--policy", default="agenda")
-    ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
+    add_batching_args(ap)
     ap.add_argument("--hidden", type=int, default=256,
                     help="size knob: 256 gives WORKLOADS.md's embedding 50 and hidden 100 (scaled by hidden / 256)")
     ap.add_argument("--batch", type=int, default=64)

@@ -18,7 +18,7 @@ aligned source word). The vocabularies are the most frequent training words (8,0
 import argparse
 import math
 
-from common import run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+from common import add_batching_args, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
@@ -45,9 +45,7 @@ def evaluate(workload, pairs, args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=("batched", "eager"), default="batched")
-    ap.add_argument("--policy", default="agenda")
-    ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
+    add_batching_args(ap)
     ap.add_argument("--hidden", type=int, default=256, help="embedding and LSTM size")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=2)

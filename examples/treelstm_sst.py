@@ -14,7 +14,7 @@ roots).
 """
 import argparse
 
-from common import run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+from common import add_batching_args, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
@@ -43,9 +43,7 @@ def main():
     ap.add_argument("--data", help="folder with SST train.txt / dev.txt (default: synthetic trees)")
     ap.add_argument("--model", choices=sorted(MODELS), default="treelstm",
                     help="W1 Tree-LSTM, or W4: Tree-GRU, two-type Tree-LSTM, MV-RNN")
-    ap.add_argument("--mode", choices=("batched", "eager"), default="batched")
-    ap.add_argument("--policy", default="agenda")
-    ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
+    add_batching_args(ap)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=1)
