@@ -7,8 +7,9 @@ stay 1.3x above the lower bound, and nothing tells whether the bound or the poli
 loose. A search's count is a schedule that exists. Each step extends every kept partial
 schedule by every ready signature, scores each by the batches of the prefix plus critical
 path's completion of it, and keeps the `width` best distinct ones. The answer is the best
-scored schedule met, and the very first step scores critical path's own schedule, so the
-search never runs more batches than critical path does.
+scored schedule met, or agenda's or greedy-frontier's schedule where one of those has fewer
+batches (W3's tagger, where critical path is the weakest rule). The very first step scores
+critical path's own schedule, so search never runs more batches than any of the three.
 
 The price is a completion per kept schedule, ready signature and step: O(steps x width x
 signatures x (nodes + edges)). At the default width 4 a W6 minibatch of 64 sentences takes
@@ -19,17 +20,32 @@ numba kernels; this module only keeps the beam.
 """
 import numpy as np
 
+from .agenda import agenda
 from .frontier import (INDEG, LEFT, NREADY, _n_executed, _start, _take, average_depth, copy_loop,
-                       critical_completion, critical_pick)
+                       critical_completion, critical_pick, greedy_frontier)
 from .lower_bound import lower_bound
 
 WIDTH = 4
 
 
 def rollout_search(view, width=WIDTH):
-    """The best schedule (order, batch_ptr) a beam of `width` partial schedules finds."""
+    """The best schedule (order, batch_ptr) a beam of `width` partial schedules finds, or
+    agenda's or greedy-frontier's where it has fewer batches."""
     if width < 1:
         raise ValueError(f"search width must be at least 1, not {width}")
+    bound = lower_bound(view)                    # nothing beats it: stop there
+    found = _beam(view, width, bound)
+    for rule in (agenda, greedy_frontier):
+        if len(found[1]) - 1 <= bound:
+            break
+        other = rule(view)
+        if len(other[1]) < len(found[1]):
+            found = other
+    return found
+
+
+def _beam(view, width, bound):
+    """The best schedule the beam scores (critical path's own at worst), replayed."""
     sig, unbatchable, cost = view.sig, view.unbatchable, view.cost
     priority = average_depth(sig, view.depth, view.executable, view.n_sigs)
     n_exec = _n_executed(view.executable)
@@ -40,7 +56,6 @@ def rollout_search(view, width=WIDTH):
 
     root = _start(sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
     best_total, best_steps = complete(root, 0, 0), ()
-    bound = lower_bound(view)                    # nothing beats it: stop there
     beam = [(0, 0, (), root)]                    # (batches, nodes run, signatures run, loop state)
     while beam and best_total > bound:
         scored, seen = [], set()
