@@ -747,3 +747,16 @@ def test_python_number_divided_by_value(numerator, dtype):
     y = numerator / x
     assert y.dtype == dtype
     np.testing.assert_allclose(y.asnumpy(), numerator / x.data, rtol=1e-6)
+
+
+def test_picked_softmax_loss_kernel_is_stable_and_keeps_nan_like_numpy():
+    from hybridbatch.kernels.softmax import pick_neg_log_softmax, pick_neg_log_softmax_grad
+    x = np.array([[1000.0, 0.0, -1000.0], [1000.0, 0.0, -1000.0], [np.nan, 0.0, 1.0], [np.inf, 0.0, 1.0]],
+                 np.float32)
+    labels = np.array([0, 1, 1, 1], np.int64)
+    with np.errstate(invalid="ignore"):
+        loss = pick_neg_log_softmax(x, labels)
+        grad = pick_neg_log_softmax_grad(x, labels, np.ones(4, np.float32))
+    np.testing.assert_allclose(loss[:2], [0.0, 1000.0])
+    np.testing.assert_allclose(grad[:2], [[0.0, 0.0, 0.0], [1.0, -1.0, 0.0]], atol=1e-6)
+    assert np.isnan(loss[2:]).all() and np.isnan(grad[2:]).all()
