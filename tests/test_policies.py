@@ -24,6 +24,7 @@ import hybridbatch as hb
 from hybridbatch import signature
 from hybridbatch.schedule import POLICIES, GraphView, agenda, get_policy, lower_bound
 from hybridbatch.schedule.frontier import critical_path, greedy_frontier
+from hybridbatch.schedule.fsm import FSMPolicy
 from hybridbatch.schedule.learn import learn_views
 from hybridbatch.schedule.lower_bound import grouped_bound, path_bound, tight_lower_bound
 from hybridbatch.schedule.search import rollout_search
@@ -452,12 +453,24 @@ def test_signatures_ready_in_full_need_no_state():
 def test_an_unseen_state_backs_off_to_the_longest_known_state_inside_it():
     """Chains a-b and c-d learned apart; run side by side, every state ({a, c}, {b, d}, ...)
     is new, but each holds states the table knows."""
-    policy = learn_views([build(chain(["a", "b"] * 3)), build(chain(["c", "d"] * 3))], "base", episodes=10,
-                         progress=False)
+    learned = learn_views([build(chain(["a", "b"] * 3)), build(chain(["c", "d"] * 3))], "base", episodes=10,
+                          progress=False)
+    assert not learned.backoff            # the samples meet no unseen state: the cheaper lookup is kept
     view = build(chain(["a", "b"] * 3) + chain(["c", "d"] * 3, start=6))
-    order, bptr, fallbacks = policy.schedule(view)
+    order, bptr, fallbacks = learned.with_backoff(True).schedule(view)
     assert fallbacks == 0
     assert check_schedule(view, order, bptr) == n_batches(greedy_frontier, view) == 12
+    assert learned.schedule(view)[2] > 0  # without backing off, the fallback rule decides
+
+
+def test_backoff_is_saved_and_older_files_back_off(tmp_path):
+    policy = FSMPolicy(["a", "b"], "sort", [[0, 4]], [1], backoff=False)
+    policy.save(tmp_path / "p.json")
+    assert FSMPolicy.load(tmp_path / "p.json").backoff is False
+    data = policy.to_json()
+    del data["backoff"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert FSMPolicy.load(tmp_path / "old.json").backoff is True
 
 
 def test_capture_needs_samples_and_a_positive_batch_size():

@@ -341,15 +341,15 @@ def _find(slots, skeys, slen, key, k):
 
 
 @njit(cache=True, inline="always")
-def _lookup(encoding, loop, vid, key, rank, slots, skeys, slen, act, local):
-    """The table's action (a ready signature) for the state, else that of the longest
-    state in the table whose elements appear in this one's key, in order (backing off: a
-    new minibatch often overlaps two phases more than the samples did); -1 if none does."""
+def _lookup(encoding, loop, vid, key, rank, slots, skeys, slen, act, local, backoff):
+    """The table's action (a ready signature) for the state, else (with backoff) that of the
+    longest state in the table whose elements appear in this one's key, in order (a new
+    minibatch often overlaps two phases more than the samples did); -1 if none does."""
     k = _state(encoding, loop, vid, key, rank)
     if k <= 0:
         return -1
     _, sid = _find(slots, skeys, slen, key, k)
-    if sid < 0:
+    if sid < 0 and backoff:
         longest = 0
         for t in range(slen.shape[0]):
             if slen[t] <= longest or slen[t] > k:
@@ -394,12 +394,14 @@ def _n_executed(executable):
 
 
 @njit(cache=True)
-def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, encoding, slots, skeys, slen, act):
+def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, encoding, slots, skeys, slen, act,
+        backoff):
     """The schedule (order, batch_ptr) and how many steps fell back to a heuristic.
 
     rule AGENDA, FRONTIER or CRITICAL: that heuristic. TABLE: a signature ready in full
-    (_complete); else the action act[state] of the learned table for the state's key, or of
-    the longest table state inside it (_lookup); else the encoding's fallback heuristic.
+    (_complete); else the action act[state] of the learned table for the state's key, or
+    (backoff) of the longest table state inside it (_lookup); else the encoding's fallback
+    heuristic.
     The frontier bookkeeping starts at the first step that needs it, so a table that covers
     the graph costs about what agenda does."""
     n = sig.shape[0]
@@ -427,7 +429,7 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
         if rule == TABLE:
             best = _complete(nready, loop[LEFT])
             if best < 0:
-                best = _lookup(encoding, loop, vid, key, rank, slots, skeys, slen, act, local)
+                best = _lookup(encoding, loop, vid, key, rank, slots, skeys, slen, act, local, backoff)
             if best < 0:
                 fallbacks += 1
         if best < 0:
@@ -603,12 +605,14 @@ def average_depth(sig, depth, executable, n_sigs):
     return total / np.maximum(count, 1)
 
 
-_NO_TABLE = (np.full(8, -1, np.int64), np.zeros((0, 1), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+_NO_TABLE = (np.full(8, -1, np.int64), np.zeros((0, 1), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+             False)
 
 
 def schedule(view, rule, vid=None, encoding=BASE, table=_NO_TABLE):
     """run() on a GraphView: (order, batch_ptr, fallbacks). vid: stable type id per
-    signature (TABLE only); table: (slots, state keys, key lengths, action per state)."""
+    signature (TABLE only); table: (slots, state keys, key lengths, action per state,
+    whether unseen states back off)."""
     priority = average_depth(view.sig, view.depth, view.executable, view.n_sigs)
     vid = np.arange(view.n_sigs, dtype=np.int64) if vid is None else vid
     return run(view.sig, view.executable, view.unbatchable, priority, view.cost, view.arg_ptr, view.args,

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from .frontier import BASE, FLAGS, MAX, SORT, PHASE, TABLE, index_states, schedule
+from .frontier import BASE, FLAGS, MAX, SORT, PHASE, TABLE, fallback_rule, index_states, schedule
 
 ENCODINGS = {"base": BASE, "max": MAX, "sort": SORT, "phase": PHASE}
 FORMAT = "hybridbatch.fsm-policy/1"
@@ -36,12 +36,14 @@ class FSMPolicy:
     """A learned batching policy: call it on a GraphView, or pass it to hb.batching(policy=).
 
     types: stable keys, a type's position is its id in the states; states: per state, the
-    key elements (type id * FLAGS + flags, see frontier._state); actions: the type id to run.
+    key elements (type id * FLAGS + flags, see frontier._state); actions: the type id to run;
+    backoff: an unseen state takes the action of the longest learned state inside it
+    (learning keeps it where it runs fewer batches on the samples), else the fallback rule.
     Hashes by identity, as the plan cache expects of a policy. Learning sets `batches` and
     `lower_bound`: the table's batch count and the bound, summed over the samples.
     """
 
-    def __init__(self, types, encoding, states, actions):
+    def __init__(self, types, encoding, states, actions, backoff=True):
         self.types = list(types)
         self.encoding = encoding
         self._code = encoding_code(encoding)
@@ -62,7 +64,7 @@ class FSMPolicy:
             skeys[i, :len(state)] = state
             slen[i] = len(state)
         self._table = (index_states(skeys, slen, len(self.states)), skeys, slen,
-                       np.array(self.actions, np.int64))
+                       np.array(self.actions, np.int64), bool(backoff))
         self._in_states = {e // FLAGS for state in self.states for e in state}
 
     def type_ids(self, view):
@@ -77,7 +79,12 @@ class FSMPolicy:
         return np.array([i if i in self._in_states else -1 for i in ids], np.int64)
 
     def schedule(self, view):
-        """(order, batch_ptr, steps that fell back to the heuristic)."""
+        """(order, batch_ptr, steps that fell back to the heuristic). An empty table (learning
+        found nothing better than the fallback) runs the fallback rule without the per-step
+        table work, every batch counted as a fallback."""
+        if not self.states:
+            order, bptr, _ = schedule(view, fallback_rule(self._code))
+            return order, bptr, len(bptr) - 1
         return schedule(view, TABLE, self.type_ids(view), self._code, self._table)
 
     def __call__(self, view):
@@ -86,7 +93,7 @@ class FSMPolicy:
 
     def to_json(self):
         return {"format": FORMAT, "encoding": self.encoding, "types": self.types,
-                "states": self.states, "actions": self.actions}
+                "states": self.states, "actions": self.actions, "backoff": self.backoff}
 
     def save(self, path):
         with open(path, "w") as f:
@@ -100,9 +107,18 @@ class FSMPolicy:
                 data = json.load(f)
             if data.get("format") != FORMAT:
                 raise ValueError(f"format is {data.get('format')!r}, not {FORMAT!r}")
-            return cls(data["types"], data["encoding"], data["states"], data["actions"])
+            return cls(data["types"], data["encoding"], data["states"], data["actions"],
+                       data.get("backoff", True))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{path}: not a saved FSM policy: {e}") from None
+
+    @property
+    def backoff(self):
+        return self._table[4]
+
+    def with_backoff(self, backoff):
+        """The same table, backing off on unseen states or not."""
+        return FSMPolicy(self.types, self.encoding, self.states, self.actions, backoff)
 
     def __repr__(self):
         return f"FSMPolicy({self.encoding!r}, {len(self.types)} types, {len(self.states)} states)"
