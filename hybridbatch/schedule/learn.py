@@ -128,10 +128,10 @@ def learn_views(views, encoding="sort", alpha=0.5, episodes=300, n_step=4, seed=
                 bar.set_postfix(batches=best.batches, lower_bound=bound)
                 if e - improved >= PATIENCE:
                     break
-    if best.states:           # backing off helps where unseen states resemble seen ones (W5)
-        plain = best.with_backoff(False)    # and misleads where they do not (W6): keep the better
-        plain.batches = table.batches(plain)
-        if plain.batches <= best.batches:
+    if best.states:   # backing off helps where unseen states resemble seen ones (W3, W5) and
+        plain = best.with_backoff(False)    # misleads where they do not (W6): drop it only
+        plain.batches = table.batches(plain)   # where the samples run fewer batches without
+        if plain.batches < best.batches:
             best = plain
     best.lower_bound = bound
     return best
