@@ -586,3 +586,11 @@ def test_search_is_valid_and_never_behind_the_heuristics(view):
 def test_search_width_must_be_positive():
     with pytest.raises(ValueError, match="width must be at least 1"):
         rollout_search(build(chain(["a"])), 0)
+
+
+def test_backoff_must_be_a_boolean(tmp_path):
+    data = FSMPolicy(["a"], "sort", [[0]], [0]).to_json()
+    data["backoff"] = "false"
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="not a saved FSM policy: backoff must be true or false"):
+        FSMPolicy.load(tmp_path / "p.json")

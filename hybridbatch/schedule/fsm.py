@@ -37,13 +37,16 @@ class FSMPolicy:
 
     types: stable keys, a type's position is its id in the states; states: per state, the
     key elements (type id * FLAGS + flags, see frontier._state); actions: the type id to run;
-    backoff: an unseen state takes the action of the longest learned state inside it
-    (learning keeps it where it runs fewer batches on the samples), else the fallback rule.
+    backoff: an unseen state takes the action of the longest learned state inside it, else
+    the fallback rule decides (learning turns it off where the samples run strictly fewer
+    batches without it).
     Hashes by identity, as the plan cache expects of a policy. Learning sets `batches` and
     `lower_bound`: the table's batch count and the bound, summed over the samples.
     """
 
     def __init__(self, types, encoding, states, actions, backoff=True):
+        if not isinstance(backoff, bool):
+            raise ValueError(f"backoff must be true or false, not {backoff!r}")
         self.types = list(types)
         self.encoding = encoding
         self._code = encoding_code(encoding)
@@ -64,7 +67,7 @@ class FSMPolicy:
             skeys[i, :len(state)] = state
             slen[i] = len(state)
         self._table = (index_states(skeys, slen, len(self.states)), skeys, slen,
-                       np.array(self.actions, np.int64), bool(backoff))
+                       np.array(self.actions, np.int64), backoff)
         self._in_states = {e // FLAGS for state in self.states for e in state}
 
     def type_ids(self, view):

@@ -103,7 +103,8 @@ def learn_views(views, encoding="sort", alpha=0.5, episodes=300, n_step=4, seed=
     the views among those evaluated (every CHECK_EVERY episodes; learning stops at the
     bound, or after PATIENCE episodes without a better one), with .batches and
     .lower_bound set. The first episode follows the fallback heuristic, so learning starts
-    from it; the phase table may also end up empty (its fallback alone is as cheap)."""
+    from it; the phase table may also end up empty (its fallback alone is as cheap). The
+    table backs off on unseen states unless the samples run fewer batches without."""
     if n_step < 1 or episodes < 1:
         raise ValueError(f"need n_step >= 1 and episodes >= 1, not {n_step} and {episodes}")
     table = _QTable(views, encoding)
@@ -128,9 +129,11 @@ def learn_views(views, encoding="sort", alpha=0.5, episodes=300, n_step=4, seed=
                 bar.set_postfix(batches=best.batches, lower_bound=bound)
                 if e - improved >= PATIENCE:
                     break
-    if best.states:   # backing off helps where unseen states resemble seen ones (W3, W5) and
-        plain = best.with_backoff(False)    # misleads where they do not (W6): drop it only
-        plain.batches = table.batches(plain)   # where the samples run fewer batches without
+    # Backing off helps where unseen states resemble seen ones (W3, W5) and misleads where
+    # they do not (W6): drop it only where the samples run strictly fewer batches without.
+    if best.states:
+        plain = best.with_backoff(False)
+        plain.batches = table.batches(plain)
         if plain.batches < best.batches:
             best = plain
     best.lower_bound = bound
