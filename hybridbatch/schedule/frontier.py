@@ -113,12 +113,28 @@ def _start(sig, executable, arg_ptr, args, n_sigs, with_heights):
     return loop
 
 
+@njit(cache=True, inline="always")
+def _release(order, start, pos, sig, loop, track):
+    """Count down the consumers of order[start:pos]; push the ones now ready. track (critical
+    path): also keep each type's highest ready node."""
+    indeg, cons_ptr, cons, height, top = loop[INDEG], loop[CONS_PTR], loop[CONS], loop[HEIGHT], loop[TOP]
+    for k in range(start, pos):
+        v = order[k]
+        for e in range(cons_ptr[v], cons_ptr[v + 1]):
+            w = cons[e]
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                _push(w, sig[w], loop)
+                if track:
+                    top[sig[w]] = max(top[sig[w]], height[w])
+
+
 @njit(cache=True)
 def _take(s, sig, unbatchable, order, bptr, pos, nb, loop):
     """Run every ready node of s (one batch, or one each if unbatchable); release consumers.
 
     Returns the new (pos, nb)."""
-    indeg, cons_ptr, cons, head, tail, nxt, nready, left, height, top = loop
+    head, tail, nxt, nready, left, top = loop[HEAD], loop[TAIL], loop[NEXT], loop[NREADY], loop[LEFT], loop[TOP]
     start = pos
     for _ in range(nready[s]):
         v = head[s]
@@ -138,23 +154,10 @@ def _take(s, sig, unbatchable, order, bptr, pos, nb, loop):
     else:
         nb += 1
         bptr[nb] = pos
-    if height.shape[0]:      # critical path's copy of the release loop: a test inside the
-        for k in range(start, pos):        # other one would slow agenda by a fifth
-            v = order[k]
-            for e in range(cons_ptr[v], cons_ptr[v + 1]):
-                w = cons[e]
-                indeg[w] -= 1
-                if indeg[w] == 0:
-                    _push(w, sig[w], loop)
-                    top[sig[w]] = max(top[sig[w]], height[w])
-        return pos, nb
-    for k in range(start, pos):
-        v = order[k]
-        for e in range(cons_ptr[v], cons_ptr[v + 1]):
-            w = cons[e]
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                _push(w, sig[w], loop)
+    if loop[HEIGHT].shape[0]:    # a constant per inlined copy: agenda's loop carries no test
+        _release(order, start, pos, sig, loop, True)
+    else:
+        _release(order, start, pos, sig, loop, False)
     return pos, nb
 
 
