@@ -89,8 +89,6 @@ def _load():
     return mkl
 
 
-
-
 def name():
     """"mkl" or "numpy": the library host products go to."""
     return "mkl" if _active is not None else "numpy"

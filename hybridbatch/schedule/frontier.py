@@ -404,9 +404,8 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
     rule AGENDA, FRONTIER or CRITICAL: that heuristic. TABLE: a signature ready in full
     (_complete); else the action act[state] of the learned table for the state's key, or
     (backoff) of the longest table state inside it (_lookup); else the encoding's fallback
-    heuristic.
-    The frontier bookkeeping starts at the first step that needs it, so a table that covers
-    the graph costs about what agenda does."""
+    heuristic. The frontier bookkeeping starts at the first step that needs it, so a table
+    that covers the graph costs about what agenda does."""
     n = sig.shape[0]
     n_sigs = priority.shape[0]
     fallback = fallback_rule(encoding) if rule == TABLE else rule
