@@ -260,6 +260,10 @@ spec("slice_negative", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any"
      lambda xs, d, a: xs[0][-1, -d["i"] - 1:], lambda xs, d, a: xs[0][-1, -d["i"] - 1:])
 spec("slice_step", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
      lambda xs, d, a: xs[0][::2], lambda xs, d, a: xs[0][::2])
+spec("slice_reverse", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][::-1], lambda xs, d, a: xs[0][::-1])
+spec("slice_reverse_to_start", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0][:, d["j"] - 1::-2], lambda xs, d, a: xs[0][:, d["j"] - 1::-2])
 spec("slice_row", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
      lambda xs, d, a: xs[0][d["r"]], lambda xs, d, a: xs[0][d["r"]])
 spec("slice_2d", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],

@@ -91,7 +91,10 @@ def normalize_index(key, shape):
     out = []
     for k, n in zip(key, shape):
         if isinstance(k, slice):
-            out.append(("s",) + k.indices(n))
+            start, stop, step = k.indices(n)
+            # a backward slice that runs to the front resolves to stop -1, which slice()
+            # would read as "the last element" (x[::-1] empty): None means "past the front"
+            out.append(("s", start, None if stop < 0 else stop, step))
         elif isinstance(k, (int, np.integer)):
             k = int(k)
             if not -n <= k < n:
