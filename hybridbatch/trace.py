@@ -45,11 +45,15 @@ class BlockInt:
     def __init__(self, j):
         self.code = -2 - j
 
-    def __index__(self):
+    def _not_a_value(self, *other):
+        """Its value differs per call, so forward cannot read it: int(), indexing, and also
+        truth tests and ==/!= (which would otherwise pick one branch for every later call)."""
         raise TypeError("an integer argument of a hybridized block can only be used as an op index "
-                        "(hb.lookup, hb.pick, a label) inside forward")
+                        "(hb.lookup, hb.pick, a label) inside forward; its value is not known "
+                        "while tracing, so it cannot decide a branch")
 
-    __int__ = __index__
+    __index__ = __int__ = __bool__ = __eq__ = __ne__ = _not_a_value
+    __hash__ = object.__hash__
 
 
 def _int_column(code):

@@ -240,6 +240,26 @@ def test_integer_block_argument_is_range_checked_at_the_call():
             block(12, 1)
 
 
+@pytest.mark.parametrize("branch", [lambda flag: flag, lambda k: k == 0, lambda k: k != 0])
+@pytest.mark.parametrize("granularity", [None, "block", "op"])
+def test_integer_block_argument_used_as_a_condition_raises(branch, granularity):
+    """An integer (or bool) argument is a trace placeholder: branching on it would bake one
+    branch into the program for every later value, so it must fail, not pick a branch."""
+    class Flagged(hb.HybridBlock):
+        def forward(self, x, flag):
+            return hb.tanh(x) if branch(flag) else x * 2.0
+
+    block = Flagged()
+    block.hybridize()
+    x = np.ones(3, np.float32)
+    with pytest.raises(TypeError, match="op index"):
+        if granularity is None:
+            block(x, False)
+        else:
+            with hb.batching(granularity=granularity):
+                block(x, False)
+
+
 def test_auto_granularity_inlines_only_blocks_that_batch_poorly():
     emb = nn.Embedding(20, 4, seed=0)
     lstm, child_sum = nn.LSTMCell(4, 4, seed=1), nn.ChildSumTreeLSTMCell(4, 4, seed=2)
