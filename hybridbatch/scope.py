@@ -151,7 +151,11 @@ class batching:
         """One node for a whole traced block call (block granularity), plus its extra outputs.
 
         ids: the operand node ids. Returns one Future, or a tuple with one per output.
+        A call with neither values nor integers gives its kernel nothing to size a batch
+        by, so its ops are recorded instead (as at op granularity).
         """
+        if not ids and not ints:
+            return program.replay(self.record, self.constant, [])
         g = self.graph
         if ints:
             program.check_ints(ints)

@@ -260,6 +260,31 @@ def test_integer_block_argument_used_as_a_condition_raises(branch, granularity):
                 block(x, False)
 
 
+def test_block_called_without_arguments_agrees():
+    """A call with neither values nor integers (a learned initial state) has nothing that
+    sizes a batch of such calls; it must still run, with the eager value and gradient."""
+    class InitialState(hb.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.h0 = hb.Parameter("h0", (3,), rng=np.random.default_rng(0))
+
+        def forward(self):
+            return hb.tanh(self.h0)
+
+    block = InitialState()
+    block.hybridize()
+    x = np.arange(3, dtype=np.float32)
+
+    def build():
+        outs = [block() * x for _ in range(2)]
+        return hb.sum(hb.add_n(outs)), outs
+
+    _assert_modes_agree(build, _params(block))
+    with hb.batching(granularity="auto"):
+        h = block()
+    np.testing.assert_allclose(h.asnumpy(), np.tanh(block.h0.data), rtol=1e-6)
+
+
 def test_auto_granularity_inlines_only_blocks_that_batch_poorly():
     emb = nn.Embedding(20, 4, seed=0)
     lstm, child_sum = nn.LSTMCell(4, 4, seed=1), nn.ChildSumTreeLSTMCell(4, 4, seed=2)
