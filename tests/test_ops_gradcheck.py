@@ -691,6 +691,44 @@ def test_dtype_mismatch_is_a_shape_error(in_scope):
         go()
 
 
+INT_OPERAND_ERRORS = [
+    ("tanh", lambda i: hb.tanh(i)), ("sigmoid", lambda i: hb.sigmoid(i)), ("exp", lambda i: hb.exp(i)),
+    ("log", lambda i: hb.log(i)), ("div", lambda i: i / i), ("div", lambda i: 1 / i),
+    ("log_softmax", lambda i: hb.log_softmax(i)), ("pick_neg_log_softmax", lambda i: hb.pick_neg_log_softmax(i, 0)),
+    ("scalar_affine", lambda i: i * 0.5), ("scalar_affine", lambda i: i / 2), ("scalar_affine", lambda i: i + 0.5),
+]
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+@pytest.mark.parametrize("name, fn", INT_OPERAND_ERRORS, ids=[f"{c[0]}{i}" for i, c in enumerate(INT_OPERAND_ERRORS)])
+def test_float_ops_reject_integer_operands(name, fn, in_scope):
+    """Eagerly numpy would return floats, while a batch writes into an arena of the integer
+    dtype (truncating), and x * 0.5 truncated in both modes: a ShapeError at the call instead."""
+    def go():
+        with pytest.raises(hb.ShapeError, match=f"^{name}: .*int64"):
+            fn(hb.array(np.array([1, 2, 3])))
+    if in_scope:
+        with hb.batching():
+            go()
+    else:
+        go()
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+def test_integer_operands_keep_exact_integer_ops(in_scope):
+    def go():
+        i = hb.array(np.array([1, 2, 3]))
+        return [v.asnumpy() for v in (i * 2, -i, i - 1, hb.relu(i - 2), hb.sum(i * i))]
+    if in_scope:
+        with hb.batching():
+            got = go()
+    else:
+        got = go()
+    for value, expected in zip(got, ([2, 4, 6], [-1, -2, -3], [0, 1, 2], [0, 0, 1], 14)):
+        assert value.dtype.kind == "i"
+        np.testing.assert_array_equal(value, expected)
+
+
 @pytest.mark.parametrize("in_scope", [False, True])
 def test_one_hot_ops_need_vectors(in_scope):
     def go():

@@ -3,11 +3,15 @@
 Binary ops broadcast per instance like numpy (a bias vector against a matrix); `expand`
 keeps the batch axis first so per-instance broadcasting still lines up after stacking.
 """
-from .registry import Op, register, expand, unbroadcast, broadcast_shape, check
+from .registry import Op, register, expand, unbroadcast, broadcast_shape, check, check_float
 
 
 class _Unary(Op):
+    float_only = True    # the value is not an integer (see check_float)
+
     def infer(self, attrs, shapes, dtypes):
+        if self.float_only:
+            check_float(self.name, shapes, dtypes)
         return shapes[0], dtypes[0]
 
     def forward(self, xp, sig, xs, aux):
@@ -46,6 +50,7 @@ class Sigmoid(_Unary):
 @register
 class Relu(_Unary):
     name = "relu"
+    float_only = False
 
     def f(self, xp, x, attrs):
         return xp.maximum(x, 0)
@@ -80,6 +85,11 @@ class Log(_Unary):
 class ScalarAffine(_Unary):
     """y = a * x + c for Python scalars a, c (x * 2, 1 - x, -x, x + 0.5)."""
     name = "scalar_affine"
+
+    def infer(self, attrs, shapes, dtypes):
+        if not all(float(v).is_integer() for v in attrs):    # x * 0.5, x / 2, x + 0.5
+            check_float(self.name, shapes, dtypes)
+        return shapes[0], dtypes[0]
 
     def f(self, xp, x, attrs):
         a, c = attrs
@@ -143,6 +153,10 @@ class Mul(_Binary):
 class Div(_Binary):
     name = "div"
     f = staticmethod(lambda a, b: a / b)
+
+    def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes, dtypes)
+        return super().infer(attrs, shapes, dtypes)
 
     def df(self, a, b, gy, needs):
         ga = gy / b

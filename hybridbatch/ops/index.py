@@ -6,7 +6,7 @@ losses of different labels still batch together.
 import numpy as np
 
 from ..kernels import softmax
-from .registry import Op, register, RowGrad, check
+from .registry import Op, register, RowGrad, check, check_float
 
 
 def _row_range(xp, aux):
@@ -87,6 +87,7 @@ class LogSoftmax(Op):
 
     def infer(self, attrs, shapes, dtypes):
         check(len(shapes[0]) >= 1, self.name, shapes, "needs at least one axis")
+        check_float(self.name, shapes, dtypes)
         return shapes[0], dtypes[0]
 
     def forward(self, xp, sig, xs, aux):
@@ -103,6 +104,7 @@ class PickNegLogSoftmax(Op):
     uses_aux = True
 
     def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes, dtypes)
         return _vector(self.name, shapes, dtypes)
 
     def check_aux(self, sig, aux):

@@ -110,6 +110,14 @@ def unbroadcast(g, shared, in_shape):
     return g
 
 
+def check_float(op_name, shapes, dtypes):
+    """ShapeError unless every operand is floating point, for ops whose value is not an
+    integer: numpy would return floats eagerly, while a batch writes into an arena of the
+    inferred (integer) dtype and would truncate."""
+    for d in dtypes:
+        check(d.kind == "f", op_name, shapes, f"needs floating-point operands, not {d}")
+
+
 def broadcast_shape(op_name, shapes):
     """numpy's broadcast of per-instance shapes, or a ShapeError naming them all."""
     ndim = max(len(s) for s in shapes)
