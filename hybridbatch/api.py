@@ -32,6 +32,15 @@ def shape_of(x):
     return tuple(np.shape(x)) if not hasattr(x, "shape") else tuple(x.shape)
 
 
+def _axis(op_name, axis, x):
+    """`axis` of x's per-instance value made non-negative, or a ValueError: wrapping an
+    out-of-range axis around (axis % ndim) would silently work on another axis."""
+    ndim = len(shape_of(x))
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{op_name} axis {axis} out of range for {ndim}-D operands")
+    return axis % ndim
+
+
 def _scalar_affine(x, a, c):
     return apply(E.ScalarAffine, (x,), (float(a), float(c)))
 
@@ -111,10 +120,7 @@ def concat(xs, axis=0):
     xs = list(xs)
     if not xs:
         raise ValueError("concat needs at least one operand")
-    ndim = len(shape_of(xs[0]))
-    if not -ndim <= axis < max(ndim, 1):
-        raise ValueError(f"concat axis {axis} out of range for {ndim}-D operands")
-    return apply(S.Concat, tuple(xs), (axis % ndim,))
+    return apply(S.Concat, tuple(xs), (_axis("concat", axis, xs[0]),))
 
 
 def slice(x, key):
@@ -124,9 +130,10 @@ def slice(x, key):
 
 def split(x, sections, axis=0):
     """`sections` equal slices of x along `axis`."""
-    shape = shape_of(x)
-    axis %= len(shape)
-    n = shape[axis]
+    axis = _axis("split", axis, x)
+    n = shape_of(x)[axis]
+    if not isinstance(sections, (int, np.integer)) or sections < 1:
+        raise ValueError(f"split into {sections} parts: sections must be a positive integer")
     if n % sections:
         raise ValueError(f"cannot split an axis of length {n} into {sections} equal parts")
     step = n // sections
@@ -141,7 +148,7 @@ def reshape(x, shape):
 def sum(x, axis=None):  # noqa: A001 - the public spelling is hb.sum
     """Sum of all elements, or along one axis."""
     if axis is not None:
-        axis %= max(len(shape_of(x)), 1)
+        axis = _axis("sum", axis, x)
     return apply(S.Sum, (x,), (axis,))
 
 

@@ -729,6 +729,28 @@ def test_integer_operands_keep_exact_integer_ops(in_scope):
         np.testing.assert_array_equal(value, expected)
 
 
+AXIS_ERRORS = [
+    (lambda m: hb.sum(m, axis=2), "sum axis 2"), (lambda m: hb.sum(m, axis=-3), "sum axis -3"),
+    (lambda m: hb.split(m, 2, axis=2), "split axis 2"), (lambda m: hb.split(m, 0), "split into 0"),
+    (lambda m: hb.concat([hb.sum(m), hb.sum(m)]), "concat axis 0 .* 0-D"),
+]
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+@pytest.mark.parametrize("fn, match", AXIS_ERRORS, ids=[c[1].split(" .*")[0] for c in AXIS_ERRORS])
+def test_bad_axis_or_sections_raise_at_the_call(fn, match, in_scope):
+    """An axis past the value's rank used to wrap around silently (sum over another axis),
+    and 0 sections or 0-D concat operands died in a ZeroDivisionError."""
+    def go():
+        with pytest.raises(ValueError, match=match):
+            fn(hb.array(_f32(2, 4)))
+    if in_scope:
+        with hb.batching():
+            go()
+    else:
+        go()
+
+
 @pytest.mark.parametrize("in_scope", [False, True])
 def test_one_hot_ops_need_vectors(in_scope):
     def go():
