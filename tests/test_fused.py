@@ -98,6 +98,36 @@ def test_fused_kernels_keep_nan_inf_and_division_by_zero_like_numpy():
     np.testing.assert_allclose(fused[finite], plain[finite], rtol=2e-6, atol=1e-6)
 
 
+def test_float64_blocks_keep_float64_precision():
+    """The fused tanh is a float32-accurate approximation (3.4e-7): a float64 program must
+    not go through it, or values and gradients lose half their digits (a float64 gradient
+    check would fail)."""
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((2, 6, 5))
+    w = hb.Parameter("w", (5,), dtype=np.float64, rng=rng)
+
+    class Gate(hb.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.w = w
+
+        def forward(self, a, b):
+            return hb.sigmoid(a * self.w) * hb.tanh(b) + hb.exp(b * 0.5)
+
+    def run(fused):
+        block = Gate()
+        block.hybridize()
+        w.zero_grad()
+        with fusion(fused), hb.batching(granularity="block"):
+            loss = hb.sum(hb.add_n([block(a, b) for a, b in zip(x, y)]))
+        loss.backward()
+        return loss.item(), w.grad.copy()
+
+    (fused_loss, fused_grad), (plain_loss, plain_grad) = run(True), run(False)
+    assert fused_loss == pytest.approx(plain_loss, rel=1e-13)
+    np.testing.assert_allclose(fused_grad, plain_grad, rtol=1e-12)
+
+
 SCRIPT = textwrap.dedent("""
     import json, sys, numpy as np, hybridbatch as hb
     from numba.core.registry import CPUDispatcher
