@@ -62,23 +62,27 @@ class Block:
             yield from child._named_params(f"{prefix}{name}.")
 
     def save_parameters(self, path):
-        """Write every parameter's value to an .npz file, keyed by dotted path."""
-        np.savez(path, **{name: np.asarray(p.data) for name, p in self._named_params("")})
+        """Write every parameter's value to an .npz archive at exactly `path` (np.savez would
+        append .npz to another name, and loading from `path` would fail), keyed by dotted path."""
+        self.collect_params().save(path)
 
     def load_parameters(self, path):
-        """Read values saved by save_parameters; names and shapes must match exactly."""
-        with np.load(path) as saved:
-            mine = dict(self._named_params(""))
-            missing = sorted(set(mine) - set(saved.files))
-            extra = sorted(set(saved.files) - set(mine))
-            if missing or extra:
-                raise ValueError(f"{path}: parameters do not match this {type(self).__name__}: "
-                                 f"missing {missing}, unexpected {extra}")
-            for name, p in mine.items():
-                if saved[name].shape != p.shape:
-                    raise ValueError(f"{path}: parameter {name!r} has shape {saved[name].shape} in the file, "
-                                     f"{p.shape} in the model")
-                p.data = saved[name]
+        """Read values saved by save_parameters; names and shapes must match exactly, and
+        every entry is checked before any parameter changes."""
+        with np.load(path) as file:
+            saved = {name: file[name] for name in file.files}
+        mine = dict(self._named_params(""))
+        missing = sorted(set(mine) - set(saved))
+        extra = sorted(set(saved) - set(mine))
+        if missing or extra:
+            raise ValueError(f"{path}: parameters do not match this {type(self).__name__}: "
+                             f"missing {missing}, unexpected {extra}")
+        for name, p in mine.items():
+            if saved[name].shape != p.shape:
+                raise ValueError(f"{path}: parameter {name!r} has shape {saved[name].shape} in the file, "
+                                 f"{p.shape} in the model")
+        for name, p in mine.items():
+            p.data = saved[name]
 
     def hybridize(self, active=True):
         """Hybridize every HybridBlock in this tree (Gluon semantics)."""

@@ -177,6 +177,26 @@ def test_registration_collect_params_repr_and_save_load(tmp_path):
         nn.Dense(4, 3).load_parameters(tmp_path / "m.npz")
 
 
+def test_save_load_parameters_round_trip_any_file_name(tmp_path):
+    """save_parameters writes exactly the path given (np.savez used to append .npz, so
+    loading from the same path failed), and a failed load changes nothing."""
+    model = nn.Sequential(nn.Dense(4, 3), nn.Dense(2, 4))
+    path = tmp_path / "model.params"
+    model.save_parameters(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.params"]
+    other = nn.Sequential(nn.Dense(4, 3), nn.Dense(2, 4))
+    other.load_parameters(path)
+    for p, q in zip(model.parameters(), other.parameters()):
+        np.testing.assert_array_equal(p.data, q.data)
+
+    wrong = nn.Sequential(nn.Dense(4, 3), nn.Dense(3, 4))      # 1.* shapes differ
+    before = [p.data.copy() for p in wrong.parameters()]
+    with pytest.raises(ValueError, match="1.weight"):
+        wrong.load_parameters(path)
+    for p, b in zip(wrong.parameters(), before):
+        np.testing.assert_array_equal(p.data, b)
+
+
 def test_block_without_super_init_fails_clearly():
     class Broken(hb.Block):
         def __init__(self):
