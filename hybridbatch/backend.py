@@ -46,9 +46,12 @@ def to_numpy(a):
 
 
 def to_array(value):
-    """An array on the current backend; Python numbers and lists become float32 when real."""
+    """A new array on the current backend; Python numbers and lists become float32 when real.
+
+    Always a copy: a recorded value is read at a later flush (and eager reverse mode reads
+    its inputs again), so a caller reusing its buffer (`h *= 0.5`) must not change it."""
     if hasattr(value, "dtype") and hasattr(value, "shape"):
-        return _xp.asarray(value)
+        return _xp.array(value, copy=True)
     value = np.asarray(value)
     if value.dtype.kind == "f":
         value = value.astype(np.float32)

@@ -1,4 +1,6 @@
 """The batching scope: laziness, flushes, incremental recording, errors at the recording line."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -178,3 +180,27 @@ def test_identical_structure_reuses_its_schedule(cell):
     disabled, _ = minibatch(0.0)
     assert disabled.stats.plan_cache_hits == 0
     hb.set_plan_cache_size(32)
+
+
+@pytest.mark.parametrize("mode", ["eager", "op", "block"])
+def test_arrays_are_read_when_recorded_not_when_flushed(mode):
+    """A caller that reuses its numpy buffer after passing it (h *= 0.5) must not change
+    what was recorded: the values and W's gradient are those of the arrays at each call."""
+    W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(0))
+    step = hb.nn.Dense(3, 3, activation="tanh", seed=1)
+    step.hybridize()
+    h = np.ones(3, np.float32)
+    outs = []
+    with (hb.batching(granularity=mode) if mode != "eager" else contextlib.nullcontext()):
+        for _ in range(3):
+            outs.append(hb.tanh(W @ h) + step(h) + hb.array(h))
+            h *= 0.5
+        loss = hb.sum(hb.add_n(outs))
+    loss.backward()
+    hs = [np.full(3, 0.5 ** t, np.float32) for t in range(3)]
+    Wd, Sw, Sb = W.data, step.weight.data, step.bias.data
+    expected = [np.tanh(Wd @ x) + np.tanh(Sw @ x + Sb) + x for x in hs]
+    for got, want in zip(outs, expected):
+        np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5)
+    dW = sum(np.outer(1 - np.tanh(Wd @ x) ** 2, x) for x in hs)
+    np.testing.assert_allclose(W.grad, dW, rtol=1e-5)
