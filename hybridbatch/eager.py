@@ -77,7 +77,7 @@ def apply(op, args, attrs=(), aux=-1) -> Tensor:
     sig = signature.intern(op, attrs, tuple(codes))
     aux_arr = None
     if op.uses_aux:
-        aux = int(aux)
+        aux = op.index(aux)
         op.check_aux(sig, aux)
         aux_arr = np.array([aux], np.int64)
     y = op.forward(backend.xp(), sig, xs, aux_arr)

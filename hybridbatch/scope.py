@@ -137,7 +137,7 @@ class batching:
             if aux.__class__ is BlockInt and self.tracing:
                 aux = aux.code          # resolved per call from the block's integer arguments
             else:
-                aux = int(aux)
+                aux = op.index(aux)
                 op.check_aux(sig, aux)
         return Future(self, self._add(sig, depth + 1, ids, aux))
 

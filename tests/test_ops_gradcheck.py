@@ -17,6 +17,7 @@ and values, how to call the op, and a plain-numpy reference. From each entry we 
 Error tests at the end: shape mismatches raise ShapeError at the recording call (naming the
 op and the shapes), lookup/pick indices out of range raise IndexError at record time.
 """
+import contextlib
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -796,6 +797,22 @@ def test_index_out_of_range_raises_at_record_time(case, in_scope):
         assert scope.stats.flushes == 0, "the error must come at record time, not at a flush"
         ok = hb.lookup(E, 4) + hb.pick(v, 3)
     np.testing.assert_allclose(ok.asnumpy(), E.data[4] + np.tanh(1.0), rtol=1e-6)
+
+
+NON_INTEGER_INDICES = [
+    ("lookup", lambda E, v: hb.lookup(E, 1.5)), ("pick", lambda E, v: hb.pick(v, 2.7)),
+    ("pick_neg_log_softmax", lambda E, v: hb.pick_neg_log_softmax(v, np.float32(1.0))),
+]
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+@pytest.mark.parametrize("name, fn", NON_INTEGER_INDICES, ids=[c[0] for c in NON_INTEGER_INDICES])
+def test_non_integer_index_is_refused(name, fn, in_scope):
+    """int() would truncate 1.5 to 1 and read another row: a TypeError naming the op."""
+    E = hb.Parameter("E", (5, 3), init="normal")
+    with (hb.batching() if in_scope else contextlib.nullcontext()):
+        with pytest.raises(TypeError, match=f"^{name}: .*integer"):
+            fn(E, hb.array(_f32(4)))
 
 
 def test_scope_keeps_temporary_parameters_alive():

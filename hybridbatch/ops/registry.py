@@ -5,6 +5,8 @@ runs a whole batch at once, `backward` is its batched vector-Jacobian product. E
 kernel sees has a leading batch axis of size B, except operands that are shared Parameters
 (`sig.shared[i]`), which arrive once, unbatched. Eager mode calls the same kernels with B = 1.
 """
+import operator
+
 from ..signature import check  # noqa: F401  (re-exported for op modules)
 
 OPS: list = []
@@ -28,6 +30,14 @@ class Op:
     def infer(self, attrs, shapes, dtypes):
         """Per-instance output (shape, dtype); raise ShapeError on a mismatch."""
         raise NotImplementedError
+
+    def index(self, aux):
+        """A node's integer datum as an int, or a TypeError naming the op (int() would
+        truncate 1.5 to 1 and read another row)."""
+        try:
+            return operator.index(aux)
+        except TypeError:
+            raise TypeError(f"{self.name}: the index must be an integer, not {type(aux).__name__}") from None
 
     def check_aux(self, sig, aux):
         """Validate a node's integer datum at record time (raise IndexError/ValueError)."""
