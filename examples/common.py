@@ -4,7 +4,6 @@ piece of the model eagerly or batched.
 
 Import it first: the thread settings must be in place before numpy loads its BLAS.
 """
-import argparse
 import os
 import sys
 import time
@@ -14,21 +13,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import hybridbatch as hb  # noqa: E402
+from hybridbatch.cli_args import policy_arg  # noqa: E402
 from hybridbatch.schedule import POLICIES  # noqa: E402
-
-
-def policy_arg(value):
-    """--policy: a built-in policy's name, or the path of a learned policy saved by
-    FSMPolicy.save (hb.learn_policy)."""
-    if value in POLICIES:
-        return value
-    if os.path.isfile(value):
-        try:
-            return hb.FSMPolicy.load(value)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    raise argparse.ArgumentTypeError(f"{value!r} is neither a policy ({', '.join(sorted(POLICIES))}) "
-                                     f"nor a saved FSM policy file")
 
 
 def add_batching_args(ap):

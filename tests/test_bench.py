@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import hybridbatch as hb
 from hybridbatch.bench import cli
 from hybridbatch.bench.harness import Config, run_benchmark
 from hybridbatch.bench.machine import THREAD_VARS
@@ -139,3 +140,43 @@ def test_policies_command_writes_table_png_and_json(tmp_path, capsys):
 def test_policies_command_rejects_unknown_workloads(capsys):
     assert cli.main(["policies", "--workloads", "W1,W99", "--no-progress"]) == 2
     assert "W99" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--hidden", "0", "must be an integer >= 1, got '0'"),
+    ("--hidden", "abc", "must be an integer >= 1, got 'abc'"),
+    ("--batch", "0", "must be an integer >= 1, got '0'"),
+    ("--instances", "-5", "must be an integer >= 1, got '-5'"),
+    ("--repeats", "0", "must be an integer >= 1, got '0'"),
+    ("--warmup", "-1", "must be an integer >= 0, got '-1'"),
+    ("--eager-instances", "-1", "must be an integer >= 0, got '-1'"),
+    ("--eager-warmup", "-1", "must be an integer >= 0, got '-1'"),
+    ("--eval-batches", "0", "must be an integer >= 1, got '0'"),
+    ("--seed", "-1", "must be an integer >= 0, got '-1'"),
+    ("--gemm-repeats", "0", "must be an integer >= 1, got '0'"),
+    ("--synthetic-train", "0", "must be an integer >= 1, got '0'"),
+    ("--synthetic-dev", "-1", "must be an integer >= 0, got '-1'"),
+    ("--lr", "0", "must be a finite number > 0, got '0'"),
+    ("--lr", "-0.1", "must be a finite number > 0, got '-0.1'"),
+    ("--lr", "nan", "must be a finite number > 0, got 'nan'"),
+    ("--lr", "inf", "must be a finite number > 0, got 'inf'"),
+    ("--policy", "bogus", "'bogus' is neither a policy (agenda, critical-path, depth, greedy-frontier, "
+                          "search) nor a saved FSM policy file"),
+    ("--policy", __file__, "not a saved FSM policy"),
+])
+def test_cli_rejects_bad_flag_values_as_usage_errors(flag, value, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["W1", flag, value, "--no-progress"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m hybridbatch.bench")
+    assert f"argument {flag}: " in err and message in err
+
+
+def test_cli_policy_flag_takes_a_saved_learned_policy(tmp_path, capsys):
+    path = tmp_path / "policy.json"
+    hb.FSMPolicy([], "sort", [], []).save(path)       # an empty table: its fallback decides every step
+    out = tmp_path / "w1.json"
+    assert cli.main(["W1", *TINY, "--no-eager", "--policy", str(path), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["config"]["policy"].startswith("FSMPolicy('sort'")
+    assert "policy FSMPolicy('sort'" in capsys.readouterr().out

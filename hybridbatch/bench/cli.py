@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
+from ..cli_args import policy_arg
+from ..schedule import POLICIES
 from .harness import Config, run_benchmark
 from .policies import WORKLOADS as POLICY_WORKLOADS, compare_policies, format_policies, plot_policies
 from .registry import WORKLOADS, UnknownWorkload
@@ -34,6 +37,31 @@ rest); it writes a bar chart PNG.
 """
 
 
+def int_at_least(low):
+    """An argparse type: an integer >= low. A size or count out of range would otherwise
+    die deep in a run (--hidden 0 in a ZeroDivisionError) rather than as a usage error."""
+    def parse(value):
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value!r}")
+        return n
+    return parse
+
+
+def positive_float(value):
+    """An argparse type for --lr: a finite number > 0 (0, negative or nan would not train)."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
+    return x
+
+
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m hybridbatch.bench", epilog=EPILOG,
                                  description="Benchmark a reference workload, batched vs eager.",
@@ -42,36 +70,37 @@ def build_parser():
                     help="one of " + ", ".join(WORKLOADS) + ", or policies")
     ap.add_argument("--workloads", default=",".join(POLICY_WORKLOADS),
                     help="policies: comma-separated workloads (all)")
-    ap.add_argument("--eval-batches", type=int, default=4,
+    ap.add_argument("--eval-batches", type=int_at_least(1), default=4,
                     help="policies: unseen minibatches each policy is judged on (4)")
     ap.add_argument("--no-throughput", action="store_true",
                     help="policies: count batches only, skip the training runs")
-    ap.add_argument("--hidden", type=int, default=256, help="hidden size = embedding size (256)")
-    ap.add_argument("--batch", type=int, default=64, help="minibatch size (64)")
-    ap.add_argument("--policy", default="agenda", help="scheduling policy: agenda, depth, greedy-frontier, critical-path or search (agenda)")
+    ap.add_argument("--hidden", type=int_at_least(1), default=256, help="hidden size = embedding size (256)")
+    ap.add_argument("--batch", type=int_at_least(1), default=64, help="minibatch size (64)")
+    ap.add_argument("--policy", type=policy_arg, default="agenda",
+                    help=f"scheduling policy: {', '.join(sorted(POLICIES))}, or a saved FSM policy file (agenda)")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default=None,
                     help="recording granularity (default: the workload's, block for W1-W3)")
     ap.add_argument("--data", metavar="DIR", default=None,
                     help="folder of the real data (W1: the SST folder); default: synthetic data")
     ap.add_argument("--json", metavar="FILE", help="write every figure (and machine info) here")
-    ap.add_argument("--instances", type=int, default=1280, help="measured instances per run (1280)")
-    ap.add_argument("--warmup", type=int, default=128, help="warm-up instances (128)")
-    ap.add_argument("--repeats", type=int, default=3, help="runs; figures are medians (3)")
-    ap.add_argument("--eager-instances", type=int, default=128,
+    ap.add_argument("--instances", type=int_at_least(1), default=1280, help="measured instances per run (1280)")
+    ap.add_argument("--warmup", type=int_at_least(0), default=128, help="warm-up instances (128)")
+    ap.add_argument("--repeats", type=int_at_least(1), default=3, help="runs; figures are medians (3)")
+    ap.add_argument("--eager-instances", type=int_at_least(0), default=128,
                     help="instances of each eager run (128; eager is slow)")
-    ap.add_argument("--eager-warmup", type=int, default=16, help="eager warm-up instances (16)")
+    ap.add_argument("--eager-warmup", type=int_at_least(0), default=16, help="eager warm-up instances (16)")
     ap.add_argument("--no-eager", action="store_true", help="skip the eager runs (no speedups)")
     ap.add_argument("--sweep", choices=sorted(SWEEPS),
                     help="hidden: 32..512; batch: 1..256 (WORKLOADS.md variants); writes a PNG")
     ap.add_argument("--plot", metavar="PNG", help="sweep plot path (default: next to --json, or "
                                                   "sweep_<WORKLOAD>.png)")
-    ap.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (0.05)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--gemm-repeats", type=int, default=7,
+    ap.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate (0.05)")
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
+    ap.add_argument("--gemm-repeats", type=int_at_least(1), default=7,
                     help="timed GEMMs before and after the runs (7 each)")
-    ap.add_argument("--synthetic-train", type=int, default=None,
+    ap.add_argument("--synthetic-train", type=int_at_least(1), default=None,
                     help="synthetic training set size (workload default when not given)")
-    ap.add_argument("--synthetic-dev", type=int, default=None, help="synthetic dev set size")
+    ap.add_argument("--synthetic-dev", type=int_at_least(0), default=None, help="synthetic dev set size")
     ap.add_argument("--no-check", action="store_true", help="skip the batched-vs-eager loss check")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap

@@ -30,6 +30,7 @@ import dataclasses
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,7 +50,7 @@ class Config:
     workload: str = "W1"
     hidden: int = 256
     batch: int = 64
-    policy: str = "agenda"
+    policy: str | Callable = "agenda"      # a name, or a scheduling callable such as an FSMPolicy
     granularity: str | None = None          # None: the workload's default (registry)
     data: str | None = None                 # None: the workload's synthetic data
     instances: int = 1280
@@ -397,7 +398,8 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
         "description": getattr(wl, "description", ""),
         "data": getattr(wl, "data_source", cfg.data or "synthetic"),
         "train_pool": len(pool),
-        "config": dataclasses.asdict(cfg),
+        # a loaded FSMPolicy is recorded by its repr: the result stays JSON-ready
+        "config": dataclasses.asdict(dataclasses.replace(cfg, policy=str(cfg.policy))),
         "gemm": gemm,
         "batched": batched,
         "eager": eager,
