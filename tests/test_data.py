@@ -184,6 +184,11 @@ def test_read_conllu_skips_comments_multiword_lines_and_empty_nodes(tmp_path):
     ("5\tknow\tknow\tVERB\tVB\t_\t0\troot\t0:root\t_", 1, "ID 3", "'5'"),
     ("three\tknow\tknow\tVERB\tVB\t_\t0\troot\t0:root\t_", 1, "an integer ID", "'three'"),
     ("3-x\tknow\t_\t_\t_\t_\t_\t_\t_\t_", 1, "an integer ID", "'3-x'"),
+    ("3\tknow\tknow\tVERB\tVB\t_\t3\troot\t0:root\t_", 23, "a HEAD other than the token's own ID 3",
+     "'3'"),
+    ("3\tknow\tknow\t\tVB\t_\t0\troot\t0:root\t_", 13, "a UPOS tag (ADJ ADP", "an empty field"),
+    ("3\tknow\tknow\tVB\tVB\t_\t0\troot\t0:root\t_", 13, "a UPOS tag (ADJ ADP", "'VB'"),
+    ("3\tknow\tknow\tVERB\tVB\t_\t0\t\t0:root\t_", 25, "a DEPREL (or '_') in column 8", "an empty field"),
 ])
 def test_read_conllu_malformed_line(tmp_path, bad_line, column, expected, found):
     lines = CONLLU.splitlines()
@@ -197,6 +202,13 @@ def test_read_conllu_malformed_line(tmp_path, bad_line, column, expected, found)
     assert e.expected.startswith(expected)
     assert str(e).startswith(f"{p}:6:{column}: expected {expected}")
     assert f"found {found}" in str(e)
+
+
+def test_read_conllu_takes_underscore_for_unspecified_upos_and_deprel(tmp_path):
+    p = tmp_path / "s.conllu"
+    p.write_text(CONLLU.replace("3\tknow\tknow\tVERB\tVB\t_\t0\troot", "3\tknow\tknow\t_\tVB\t_\t0\t_"),
+                 encoding="utf-8")
+    assert read_conllu(p)[0][2] == Token(3, "know", "_", 0, "_")
 
 
 def test_read_conllu_reports_the_line_of_invalid_utf8(tmp_path):

@@ -32,6 +32,9 @@ class Token(NamedTuple):
 # the 17 Universal POS tags
 UPOS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON",
              "PROPN", "PUNCT", "SCONJ", "SYM", "VERB", "X")
+# what a UPOS field may hold: a tag, or '_' (unspecified)
+_UPOS_FIELD = frozenset(UPOS_TAGS + ("_",))
+
 
 def _column(fields: list[str], i: int) -> int:
     """1-based character column where field `i` starts."""
@@ -45,7 +48,8 @@ def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
     (`8.1`) are skipped; a blank line ends a sentence (a missing final blank line is fine).
     Checked, each a `DataFormatError` with file, line number and column: 10 tab-separated
     columns; ID an integer counting 1, 2, ... within the sentence (or a valid `a-b` / `a.b`);
-    HEAD an integer between 0 and the sentence length.
+    UPOS one of `UPOS_TAGS` or `_`; HEAD an integer between 0 and the sentence length, not
+    the token's own ID (a word cannot head itself); DEPREL not empty (`_` if unspecified).
     """
     name = os.fspath(path)
     sents: list[list[Token]] = []
@@ -98,9 +102,18 @@ def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
                 if int(tid) != n:
                     raise fail(lineno, line, f"ID {n} (IDs count 1, 2, ... in a sentence)",
                                tid, 0, fields)
+                if fields[3] not in _UPOS_FIELD:
+                    raise fail(lineno, line, f"a UPOS tag ({' '.join(UPOS_TAGS)}) or '_' in column 4",
+                               fields[3] or described("an empty field"), 3, fields)
                 head = fields[6]
                 if not (head.isascii() and head.isdigit()):
                     raise fail(lineno, line, "an integer HEAD in column 7", head, 6, fields)
+                if int(head) == n:
+                    raise fail(lineno, line, f"a HEAD other than the token's own ID {n} in column 7",
+                               head, 6, fields)
+                if not fields[7]:
+                    raise fail(lineno, line, "a DEPREL (or '_') in column 8",
+                               described("an empty field"), 7, fields)
                 cur.append(Token(n, fields[1], fields[3], int(head), fields[7]))
                 cur_lines.append((lineno, line))
         except UnicodeDecodeError:
