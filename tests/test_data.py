@@ -45,12 +45,6 @@ def test_parse_ptb_keeps_a_no_break_space_inside_a_leaf():
     assert t.to_ptb() == line
 
 
-def test_parse_ptb_leaf_may_contain_an_ascii_space():
-    t = parse_ptb("(2 (2 8 1\\/2) (2 .))")
-    assert t.words() == ["8 1\\/2", "."]
-    assert t.n_leaves == 2 and t.size == 3
-
-
 def test_parse_ptb_single_leaf_and_line_endings():
     assert parse_ptb("(4 great)").words() == ["great"]
     assert parse_ptb("(3 (2 a) (4 b))\r\n").to_ptb() == "(3 (2 a) (4 b))"
@@ -66,6 +60,8 @@ def test_parse_ptb_single_leaf_and_line_endings():
     ("(3(2 a) (4 b))", 3, "' ' after the label", "("),
     ("(3 (2 ) (4 b))", 7, "a word or '(' after the label", ")"),
     ("(3 (2 a (4 b))", 9, "')' closing the leaf opened at column 4", "("),
+    ("(3 a b)", 5, "')' closing the leaf opened at column 1 (a leaf holds one word)", " "),
+    ("(2 (2 8 1\\/2) (2 .))", 8, "')' closing the leaf opened at column 4 (a leaf holds one word)", " "),
     ("3 (2 a) (4 b))", 1, "'(' opening a tree", "3"),
     ("(3 (2 a) (4 b) (1 c))", 15, "')' closing the node opened at column 1", " "),
     ("(3 (2 a) ", 10, "'(' opening a child of the node opened at column 1", ""),

@@ -149,9 +149,10 @@ def parse_ptb(line: str, *, filename: str | None = None, lineno: int = 1) -> Tre
     """Parse one PTB-bracketed binary tree: `(LABEL WORD)` or `(LABEL CHILD CHILD)`.
 
     Following the SST files: a leaf word is everything between ``"(LABEL "`` and the next
-    ``")"`` (SST has tokens with a U+00A0 no-break space inside, and the rule also accepts an
-    ASCII space inside a word); a node is internal when ``"("`` follows the label's space; the
-    two children are separated by exactly one ASCII space. Labels are 0-4. A trailing
+    ``")"``, one token: an ASCII space inside is an error, as ``(3 a b)`` would otherwise
+    read as the single word "a b" (SST has tokens with a U+00A0 no-break space inside, which
+    are kept); a node is internal when ``"("`` follows the label's space; the two children
+    are separated by exactly one ASCII space. Labels are 0-4. A trailing
     ``"\\n"`` / ``"\\r\\n"`` is ignored, any other trailing text is an error.
 
     Raises `DataFormatError` naming the file (`filename`, default ``<string>``), `lineno` and
@@ -206,10 +207,10 @@ def parse_ptb(line: str, *, filename: str | None = None, lineno: int = 1) -> Tre
         if end == pos:
             raise fail(pos, "a word or '(' after the label")
         word = s[pos:end]
-        op = word.find("(")
-        if op >= 0:
-            raise fail(pos + op, "')' closing the leaf opened at column "
-                       f"{open_pos + 1} (a word cannot contain '(')")
+        for ch, why in (("(", "a word cannot contain '('"), (" ", "a leaf holds one word")):
+            at = word.find(ch)
+            if at >= 0:
+                raise fail(pos + at, f"')' closing the leaf opened at column {open_pos + 1} ({why})")
         node = Tree.__new__(Tree)
         node.label, node.word, node.children = label, word, ()
         pos = end + 1
