@@ -28,8 +28,7 @@ class Tensor:
     dtype = property(lambda self: self.sig.out_dtype)
     ndim = property(lambda self: len(self.sig.out_shape))
 
-    def __len__(self):
-        return self.shape[0]
+    __len__ = Future.__len__       # the same rule, 0-d values included
 
     def asnumpy(self):
         return backend.to_numpy(self.value[0]).copy()

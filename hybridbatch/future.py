@@ -30,6 +30,10 @@ class Future:
         return len(self.shape)
 
     def __len__(self):
+        """The length of the first axis, as numpy's len(); a 0-d value has none: a TypeError,
+        as numpy raises for a 0-d array, rather than the IndexError of shape[0]."""
+        if not self.shape:
+            raise TypeError("len() of a 0-d value")
         return self.shape[0]
 
     def asnumpy(self):

@@ -204,3 +204,14 @@ def test_arrays_are_read_when_recorded_not_when_flushed(mode):
         np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-5)
     dW = sum(np.outer(1 - np.tanh(Wd @ x) ** 2, x) for x in hs)
     np.testing.assert_allclose(W.grad, dW, rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["eager", "batched"])
+def test_len_is_the_first_axis_and_a_0d_value_has_none(mode):
+    with (hb.batching() if mode == "batched" else contextlib.nullcontext()):
+        m = hb.array(np.ones((4, 2), np.float32))
+        s = hb.sum(m)
+        assert isinstance(m, hb.Future if mode == "batched" else hb.Tensor)
+        assert len(m) == 4 and s.shape == ()
+        with pytest.raises(TypeError, match=r"^len\(\) of a 0-d value$"):
+            len(s)
