@@ -165,6 +165,10 @@ def grouped_bound(view, n_paths=16):
 
 
 def tight_lower_bound(view):
-    """max(Eq. 2, the path-pair bound, the grouped bound): still a bound no schedule can
-    beat, closer on graphs whose types interleave."""
-    return max(lower_bound(view), path_bound(view), grouped_bound(view))
+    """max(Eq. 2, the path-pair bound, the grouped bound, the parts bound): still a bound
+    no schedule can beat, closer on graphs whose types interleave. The parts bound
+    (automata.part_bound: the exact fewest batches of the two or three independent parts,
+    e.g. sentences, with the longest schedules) sees how many chains' type orders clash,
+    where the path pairs see two paths."""
+    from .automata import part_bound       # automata.py reads this module's Eq. 2
+    return max(lower_bound(view), path_bound(view), grouped_bound(view), part_bound(view))

@@ -1,0 +1,339 @@
+"""Schedules and bounds from the graph's independent parts (sentences, trees), each as a
+small automaton of its own.
+
+A step of the loop runs every ready node of one type. Seen from one connected part of the
+graph, a schedule is just its sequence of types: from a set of executed nodes, type t leads
+to that set plus the part's ready t-nodes (or nowhere, if it has none). The sets a part can
+reach this way are few where it is narrow (a lattice's sentence: a chain of characters with
+word cells beside it, a few hundred), so each part becomes a table state x type -> state.
+A whole schedule is then a sequence of types that drives every part's automaton to its end;
+dropping a step that moves no part changes nothing else, and inserting one never delays
+anything (the executed sets only grow), so the problem is a shortest common
+"supersequence" of the parts' automata.
+
+- `core_and_tail`: the tail is the types whose nodes only feed tail nodes (found from the
+  sinks up: a lattice's output and loss chain). Nothing else waits for them, so a schedule
+  can run them all after the rest: the fewest batches are those of the core alone plus those
+  of the tail alone. Only core types go into the automata; critical path runs the tail.
+- `merged_core`: the core's type sequence, from the parts with the longest schedules first:
+  the exact shortest one of the first two or three (breadth-first search over their states'
+  product), then each further part merged in by the shortest supersequence of the sequence
+  so far that also drives the new part to its end (breadth-first over sequence position x
+  part state). Three tie-breaks of that search and three starts; the shortest result wins.
+- `part_bound`: the exact fewest batches of the few parts with the longest schedules,
+  restricted to the core, plus the tail types' chains and one per unbatchable node: a lower
+  bound (proof at the function).
+
+Parts whose automata would be large (wide trees) make these give up (None): the callers
+keep what they had.
+"""
+import numpy as np
+from numba import njit
+
+from .lower_bound import _lower_bound
+
+MAX_PART_STATES = 4000      # per part: beyond, the parts are not narrow enough
+MAX_TOTAL_STATES = 200_000
+MAX_PRODUCT = 12_000_000    # states of the exact search over the first parts
+
+
+def core_and_tail(view):
+    """(core types, tail types) as boolean masks over the view's signatures (see above).
+    The core holds batchable types only; unbatchable ones are in neither."""
+    ex = view.executable
+    present = np.zeros(view.n_sigs, np.bool_)
+    present[view.sig[ex]] = True
+    feeds = np.zeros((view.n_sigs, view.n_sigs), np.bool_)     # feeds[a, b]: an a-node is read by a b-node
+    for v in np.flatnonzero(ex):
+        for u in view.args[view.arg_ptr[v]:view.arg_ptr[v + 1]]:
+            if u >= 0 and ex[u]:
+                feeds[view.sig[u], view.sig[v]] = True
+    tail = np.zeros(view.n_sigs, np.bool_)
+    grown = True
+    while grown:
+        grown = False
+        for t in np.flatnonzero(present & ~tail):
+            others = feeds[t].copy()
+            others[t] = False
+            if not (others & ~tail).any():
+                tail[t] = True
+                grown = True
+    core = present & ~tail & ~view.unbatchable
+    return core, tail
+
+
+def _parts(view, core):
+    """Connected parts of the core nodes (direct edges between core nodes), each a sorted
+    array of node ids."""
+    n = len(view.sig)
+    node_core = view.executable & core[view.sig]
+    parent = np.arange(n)
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for v in np.flatnonzero(node_core):
+        for u in view.args[view.arg_ptr[v]:view.arg_ptr[v + 1]]:
+            if u >= 0 and node_core[u]:
+                a, b = find(v), find(u)
+                if a != b:
+                    parent[a] = b
+    groups = {}
+    for v in np.flatnonzero(node_core):
+        groups.setdefault(find(v), []).append(v)
+    return [np.array(g, np.int64) for g in groups.values()]
+
+
+def _automaton(view, nodes, core, limit):
+    """(table states x types, final state, executed count per state) of one part, its
+    states numbered in the order met; None beyond `limit` states. Bit sets are Python ints."""
+    local = {int(v): i for i, v in enumerate(nodes)}
+    by_type = {}
+    for i, v in enumerate(nodes):
+        mask = 0
+        for u in view.args[view.arg_ptr[v]:view.arg_ptr[v + 1]]:
+            j = local.get(int(u))
+            if j is not None:
+                mask |= 1 << j
+        by_type.setdefault(int(view.sig[v]), []).append((i, mask))
+    types = sorted(by_type)
+    full = (1 << len(nodes)) - 1
+    index, states, rows = {0: 0}, [0], []
+    k = 0
+    while k < len(states):
+        done = states[k]
+        row = np.full(view.n_sigs, -1, np.int64)
+        for t in types:
+            add = 0
+            for i, mask in by_type[t]:
+                if not (done >> i) & 1 and mask & done == mask:
+                    add |= 1 << i
+            if add:
+                new = done | add
+                if new not in index:
+                    if len(states) >= limit:
+                        return None
+                    index[new] = len(states)
+                    states.append(new)
+                row[t] = index[new]
+        rows.append(row)
+        k += 1
+    pop = np.array([bin(d).count("1") for d in states], np.int64)
+    return np.array(rows, np.int64), index[full], pop
+
+
+def _automata(view, core):
+    """Every core part's automaton, longest schedule first; None if they are too large."""
+    autos, total = [], 0
+    for nodes in _parts(view, core):
+        a = _automaton(view, nodes, core, MAX_PART_STATES)
+        if a is None:
+            return None
+        total += a[0].shape[0]
+        if total > MAX_TOTAL_STATES:
+            return None
+        autos.append(a + (int(_fewest(a[0], a[2])[0]),))
+    autos.sort(key=lambda a: -a[3])        # stable: ties keep node order
+    return autos
+
+
+@njit(cache=True)
+def _fewest(tab, pop):
+    """Per state of one automaton, the fewest steps to its end (states by executed count,
+    most first: every step executes more)."""
+    nq, nt = tab.shape
+    dist = np.zeros(nq, np.int64)
+    for q in np.argsort(-pop, kind="mergesort"):
+        best = -1
+        for t in range(nt):
+            r = tab[q, t]
+            if r >= 0 and (best < 0 or dist[r] + 1 < best):
+                best = dist[r] + 1
+        dist[q] = max(best, 0)
+    return dist
+
+
+@njit(cache=True)
+def _product_search(tabs, sizes, finals):
+    """The shortest type sequence that drives every automaton (tabs[i], sizes[i] states) to
+    its final state: breadth-first search over the product of their states."""
+    k, _, nt = tabs.shape
+    total = 1
+    for i in range(k):
+        total *= sizes[i]
+    muls = np.empty(k, np.int64)
+    goal, mul = 0, 1
+    for i in range(k):
+        muls[i] = mul
+        goal += finals[i] * mul
+        mul *= sizes[i]
+    dist = np.full(total, -1, np.int32)
+    prev = np.full(total, -1, np.int32)
+    how = np.full(total, -1, np.int8)
+    queue = np.empty(total, np.int32)
+    head, tail = 0, 1
+    queue[0] = 0
+    dist[0] = 0
+    while head < tail:
+        x = queue[head]
+        head += 1
+        if x == goal:
+            break
+        for t in range(nt):
+            y, moved, rest = 0, False, x
+            for i in range(k):
+                q = rest % sizes[i]
+                rest //= sizes[i]
+                r = tabs[i, q, t]
+                if r >= 0:
+                    moved = True
+                    q = r
+                y += q * muls[i]
+            if moved and dist[y] < 0:
+                dist[y] = dist[x] + 1
+                prev[y] = x
+                how[y] = t
+                queue[tail] = y
+                tail += 1
+    out = np.empty(dist[goal], np.int64)
+    y = goal
+    for j in range(dist[goal] - 1, -1, -1):
+        out[j] = how[y]
+        y = prev[y]
+    return out
+
+
+@njit(cache=True)
+def _merge(seq, tab, final, variant):
+    """The shortest type sequence that has `seq` as a subsequence and drives the automaton
+    `tab` from state 0 to `final`: breadth-first search over (position in seq, state).
+    variant: the tie-break, i.e. which successors are met first (0: seq's next type, then
+    inserted types in order; 1: inserted types first; 2: inserted types in reverse order
+    first)."""
+    m = seq.shape[0]
+    nq, nt = tab.shape
+    size = (m + 1) * nq
+    dist = np.full(size, -1, np.int64)
+    prev = np.full(size, -1, np.int64)
+    how = np.full(size, -1, np.int64)
+    queue = np.empty(size, np.int64)
+    head, tail = 0, 1
+    queue[0] = 0
+    dist[0] = 0
+    goal = m * nq + final
+    while head < tail:
+        x = queue[head]
+        head += 1
+        if x == goal:
+            break
+        p, q = x // nq, x % nq
+        for k in range(nt + 1):
+            if variant == 0:
+                t = seq[p] if k == 0 else k - 1
+                along = k == 0
+            else:
+                along = k == nt
+                t = seq[p] if along else (k if variant == 1 else nt - 1 - k)
+            if along:
+                if p == m:
+                    continue
+                r = tab[q, t]
+                y = (p + 1) * nq + (q if r < 0 else r)
+            else:
+                if p < m and t == seq[p]:
+                    continue
+                r = tab[q, t]
+                if r < 0:
+                    continue
+                y = p * nq + r
+            if dist[y] < 0:
+                dist[y] = dist[x] + 1
+                prev[y] = x
+                how[y] = t
+                queue[tail] = y
+                tail += 1
+    out = np.empty(dist[goal], np.int64)
+    y = goal
+    for j in range(dist[goal] - 1, -1, -1):
+        out[j] = how[y]
+        y = prev[y]
+    return out
+
+
+def _exact(autos):
+    """The shortest sequence for these automata together, or None if their product is too
+    large to search."""
+    sizes = np.array([a[0].shape[0] for a in autos], np.int64)
+    if np.prod(sizes.astype(np.float64)) > MAX_PRODUCT:
+        return None
+    tabs = np.full((len(autos), int(sizes.max()), autos[0][0].shape[1]), -1, np.int64)
+    for i, a in enumerate(autos):
+        tabs[i, :a[0].shape[0]] = a[0]
+    return _product_search(tabs, sizes, np.array([a[1] for a in autos], np.int64))
+
+
+def merged_core(view, autos=None):
+    """The shortest core type sequence found (see the module's docstring), or None where
+    the parts do not make small automata. The core's batches number at most its length."""
+    core, _ = core_and_tail(view)
+    if not core.any():
+        return None
+    autos = _automata(view, core) if autos is None else autos
+    if not autos:
+        return None
+    best = None
+    for first in (0, 2, 3):
+        if len(autos) < first:
+            break
+        start = np.zeros(0, np.int64) if first == 0 else _exact(autos[:first])
+        if start is None:
+            continue
+        rest = autos[first:]
+        for variant in (0, 1, 2):
+            seq = start
+            for tab, final, _, _ in rest:
+                seq = _merge(seq, tab, final, variant)
+            if best is None or len(seq) < len(best):
+                best = seq
+            if not rest:
+                break
+    return best
+
+
+def part_bound(view, n_first=3):
+    """A lower bound on batches from the parts, or 0 where they do not make small automata:
+
+        (fewest core batches of the n_first parts with the longest schedules, run alone)
+        + sum over tail types of their longest chain (Eq. 2's term) + unbatchable nodes.
+
+    Proof. Take any schedule. Its batches of core types, restricted to the nodes of those
+    parts, run every such node after its operands among them (edges between core nodes of
+    the parts are edges of the graph): a schedule of that subgraph, with no more batches
+    (some may become empty). The automata search all schedules of the subgraph whose steps
+    run every ready node of a type, and one of those is as short as any: running more
+    ready nodes of the step's type never delays a later step (the executed sets only
+    grow). So the core batches number at least the exact search's length. Each tail type's
+    batches are at least the longest chain of its nodes (Eq. 2), and every unbatchable node
+    is a batch of its own; core, tail and unbatchable types are disjoint, so the three
+    counts add up. The tail may be any set of types here: its being downstream only
+    matters for the schedules."""
+    core, tail = core_and_tail(view)
+    if not core.any():
+        return 0
+    autos = _automata(view, core)
+    if not autos:
+        return 0
+    k = min(n_first, len(autos))
+    fewest = None
+    while k >= 1 and fewest is None:
+        seq = _exact(autos[:k]) if k > 1 else np.zeros(autos[0][3], np.int64)
+        fewest = None if seq is None else len(seq)
+        k -= 1
+    ex = view.executable
+    unbatchable = int(np.count_nonzero(ex & view.unbatchable[view.sig]))
+    tail_nodes = ex & tail[view.sig] & ~view.unbatchable[view.sig]
+    chains = _lower_bound(view.sig, tail_nodes, view.unbatchable, view.arg_ptr, view.args, view.n_sigs)
+    return fewest + unbatchable + int(chains)
