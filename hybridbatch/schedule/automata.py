@@ -300,7 +300,46 @@ def merged_core(view, autos=None):
                 best = seq
             if not rest:
                 break
-    return best
+    return _reinsert(best, autos, REINSERT)
+
+
+REINSERT = 16     # parts (longest schedules first) that _reinsert takes out and merges back
+
+
+@njit(cache=True)
+def _moves(seq, tab):
+    """Which steps of seq move the automaton (which run some of its nodes)."""
+    moved = np.zeros(seq.shape[0], np.bool_)
+    q = 0
+    for p in range(seq.shape[0]):
+        r = tab[q, seq[p]]
+        if r >= 0:
+            moved[p] = True
+            q = r
+    return moved
+
+
+def _reinsert(seq, autos, n_parts):
+    """Take each of the first n_parts parts out of seq in turn (drop the steps that move no
+    other part) and merge it back: never longer, since seq itself is one way back. Rounds
+    until none shortens."""
+    if seq is None or len(autos) < 2:
+        return seq
+    shorter = True
+    while shorter:
+        shorter = False
+        for i in range(min(n_parts, len(autos))):
+            moves = np.zeros(len(seq), np.int64)
+            for tab, _, _, _ in autos:
+                moves += _moves(seq, tab)
+            alone = _moves(seq, autos[i][0])
+            keep = moves > alone              # steps that move some other part
+            again = _merge(seq[keep], autos[i][0], autos[i][1], 0)
+            if len(again) < len(seq):
+                shorter = True
+            if len(again) <= len(seq):
+                seq = again
+    return seq
 
 
 def part_bound(view, n_first=3):

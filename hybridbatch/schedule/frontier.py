@@ -633,3 +633,33 @@ def critical_path(view):
     what holds up the end of the run goes first (weighted majority merge for chains)."""
     order, bptr, _ = schedule(view, CRITICAL)
     return order, bptr
+
+
+@njit(cache=True)
+def play_types(types, keep, root, sig, unbatchable, priority, cost, order, bptr):
+    """Run the kept types in turn from the state `root` (not consumed), each where it has
+    ready nodes (else skipped), then critical path to the end: the number of batches."""
+    loop = copy_loop(root)
+    nready = loop[NREADY]
+    pos = nb = 0
+    for i in range(types.shape[0]):
+        if keep[i] and nready[types[i]] > 0:
+            pos, nb = _take(types[i], sig, unbatchable, order, bptr, pos, nb, loop)
+    pos, nb = critical_completion(loop, sig, unbatchable, priority, cost, order, bptr, pos, nb)
+    return nb
+
+
+@njit(cache=True)
+def drop_steps(types, root, sig, unbatchable, priority, cost, order, bptr):
+    """Which steps of `types` to keep: each in turn is dropped where play_types then runs
+    no more batches (the critical-path completion may take over what it ran)."""
+    keep = np.ones(types.shape[0], np.bool_)
+    best = play_types(types, keep, root, sig, unbatchable, priority, cost, order, bptr)
+    for i in range(types.shape[0]):
+        keep[i] = False
+        nb = play_types(types, keep, root, sig, unbatchable, priority, cost, order, bptr)
+        if nb <= best:
+            best = nb
+        else:
+            keep[i] = True
+    return keep

@@ -31,7 +31,7 @@ import numpy as np
 from .agenda import agenda
 from .automata import merged_core
 from .frontier import (INDEG, LEFT, NREADY, _n_executed, _start, _take, average_depth, copy_loop,
-                       critical_completion, critical_pick, greedy_frontier)
+                       critical_completion, critical_pick, drop_steps, greedy_frontier, play_types)
 from .lower_bound import lower_bound
 
 WIDTH = 4
@@ -97,18 +97,16 @@ def _beam(view, width, bound):
 
 def _play(view, types):
     """The schedule of running the types in turn, each where it has ready nodes (else it is
-    skipped), then critical path to the end."""
+    skipped), then critical path to the end; first each step is dropped in turn where that
+    costs no batch (frontier.drop_steps)."""
     sig, unbatchable = view.sig, view.unbatchable
     n_exec = _n_executed(view.executable)
     order, bptr = np.empty(n_exec, np.int64), np.zeros(n_exec + 1, np.int64)
-    loop = _start(sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
-    nready = loop[NREADY]
-    pos = nb = 0
-    for s in types:
-        if nready[s] > 0:
-            pos, nb = _take(s, sig, unbatchable, order, bptr, pos, nb, loop)
+    root = _start(sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
     priority = average_depth(sig, view.depth, view.executable, view.n_sigs)
-    pos, nb = critical_completion(loop, sig, unbatchable, priority, view.cost, order, bptr, pos, nb)
+    types = np.asarray(types, np.int64)
+    keep = drop_steps(types, root, sig, unbatchable, priority, view.cost, order, bptr)
+    nb = play_types(types, keep, root, sig, unbatchable, priority, view.cost, order, bptr)
     return order, bptr[:nb + 1].copy()
 
 
