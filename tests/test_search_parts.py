@@ -89,3 +89,15 @@ def test_merged_schedules_are_valid_and_search_never_behind_its_beam(view):
         assert core[seq].all()
     beam = n_batches(lambda v: _beam(v, 4, lower_bound(v)), view)
     assert n_batches(POLICIES["search"], view) <= beam
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph_views(max_nodes=40))
+def test_dropping_steps_never_costs_a_batch(view):
+    """search._play: critical path's own type sequence, steps dropped where that costs no
+    batch, is a valid schedule with at most critical path's batches."""
+    from hybridbatch.schedule.frontier import critical_path
+    from hybridbatch.schedule.search import _play
+    order, bptr = critical_path(view)
+    types = view.sig[order[bptr[:-1]]] if len(order) else np.zeros(0, np.int64)
+    assert n_batches(lambda v: _play(v, types), view) <= len(bptr) - 1

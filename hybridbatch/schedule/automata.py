@@ -20,6 +20,8 @@ anything (the executed sets only grow), so the problem is a shortest common
   product), then each further part merged in by the shortest supersequence of the sequence
   so far that also drives the new part to its end (breadth-first over sequence position x
   part state). Three tie-breaks of that search and three starts; the shortest result wins.
+  Then each of the 16 parts with the longest schedules is taken out in turn (the steps
+  that move no other part dropped) and merged back, in rounds while that shortens it.
 - `part_bound`: the exact fewest batches of the few parts with the longest schedules,
   restricted to the core, plus the tail types' chains and one per unbatchable node: a lower
   bound (proof at the function).
@@ -33,6 +35,7 @@ from numba import njit
 from .lower_bound import _lower_bound
 
 MAX_PART_STATES = 4000      # per part: beyond, the parts are not narrow enough
+MAX_PART_NODES = 1000       # per part: bit sets of Python ints stay cheap below
 MAX_TOTAL_STATES = 200_000
 MAX_PRODUCT = 12_000_000    # states of the exact search over the first parts
 
@@ -128,7 +131,10 @@ def _automaton(view, nodes, core, limit):
 def _automata(view, core):
     """Every core part's automaton, longest schedule first; None if they are too large."""
     autos, total = [], 0
-    for nodes in _parts(view, core):
+    parts = _parts(view, core)
+    if any(len(nodes) > MAX_PART_NODES for nodes in parts):
+        return None
+    for nodes in parts:
         a = _automaton(view, nodes, core, MAX_PART_STATES)
         if a is None:
             return None
