@@ -21,7 +21,9 @@ anything (the executed sets only grow), so the problem is a shortest common
   so far that also drives the new part to its end (breadth-first over sequence position x
   part state). Three tie-breaks of that search and three starts; the shortest result wins.
   Then each of the 16 parts with the longest schedules is taken out in turn (the steps
-  that move no other part dropped) and merged back, in rounds while that shortens it.
+  that move no other part dropped) and merged back, in rounds while that shortens it;
+  then 100 seeded tries of taking three of them out and merging them back in a random order
+  (_perturb), which moves along plateaus the single-part rounds stop on.
 - `part_bound`: the exact fewest batches of the few parts with the longest schedules,
   restricted to the core, plus the tail types' chains and one per unbatchable node: a lower
   bound (proof at the function).
@@ -306,10 +308,11 @@ def merged_core(view, autos=None):
                 best = seq
             if not rest:
                 break
-    return _reinsert(best, autos, REINSERT)
+    return _perturb(_reinsert(best, autos, REINSERT), autos, REINSERT)
 
 
-REINSERT = 16     # parts (longest schedules first) that _reinsert takes out and merges back
+REINSERT = 16     # parts (longest schedules first) that _reinsert and _perturb take out
+PERTURB = (100, 3, 0)    # _perturb's tries, parts taken out per try, random seed
 
 
 @njit(cache=True)
@@ -382,3 +385,29 @@ def part_bound(view, n_first=3):
     tail_nodes = ex & tail[view.sig] & ~view.unbatchable[view.sig]
     chains = _lower_bound(view.sig, tail_nodes, view.unbatchable, view.arg_ptr, view.args, view.n_sigs)
     return fewest + unbatchable + int(chains)
+
+
+def _perturb(seq, autos, n_parts, tries=PERTURB[0], n_out=PERTURB[1], seed=PERTURB[2]):
+    """Take n_out of the first n_parts parts out of seq at random and merge them back in a
+    random order and tie-break, keeping the result where it is no longer (a move along
+    equal lengths too, so that the next try starts elsewhere): the single-part rounds of
+    _reinsert stop on such plateaus. Seeded: the same graph gets the same schedule."""
+    n_parts = min(n_parts, len(autos))
+    if seq is None or n_parts < n_out + 1:
+        return seq
+    rng = np.random.default_rng(seed)
+    for _ in range(tries):
+        out = rng.choice(n_parts, size=n_out, replace=False)
+        moves = np.zeros(len(seq), np.int64)
+        alone = np.zeros(len(seq), np.int64)
+        for j, (tab, _, _, _) in enumerate(autos):
+            m = _moves(seq, tab)
+            moves += m
+            if j in out:
+                alone += m
+        again = seq[moves > alone]
+        for i in rng.permutation(out):
+            again = _merge(again, autos[i][0], autos[i][1], int(rng.integers(3)))
+        if len(again) <= len(seq):
+            seq = again
+    return seq

@@ -16,7 +16,7 @@ Where the beam stays above Eq. 2 and the graph falls into narrow parts (a lattic
 sentences), `automata.merged_core` gives a type sequence for the core types. It is played
 (types with nothing ready skipped, critical path to the end), each of its steps dropped in
 turn where the play then runs no more batches (frontier.drop_steps), and kept where it has
-fewer batches than the beam. On the policies bench's four W6 minibatches: 1,673 batches
+fewer batches than the beam. On the policies bench's four W6 minibatches: 1,669 batches
 against the beam's 1,761 (tight bound 1,599, Eq. 2 1,479). On the beam's trees (2-Type) it
 rarely wins; there it costs most of search's time.
 
