@@ -680,16 +680,20 @@ def test_shape_mismatch_raises_at_the_call(case, where):
     assert isinstance(err.value, ValueError) and isinstance(err.value, hb.HybridBatchError)
 
 
+def in_mode(in_scope, go):
+    """go() eagerly, or inside a batching scope (reading values there flushes it)."""
+    if not in_scope:
+        return go()
+    with hb.batching():
+        return go()
+
+
 @pytest.mark.parametrize("in_scope", [False, True])
 def test_dtype_mismatch_is_a_shape_error(in_scope):
     def go():
         with pytest.raises(hb.ShapeError, match="add.*float64.*float32|add.*float32.*float64"):
             hb.array(np.ones(3)) + hb.array(_f32(3))
-    if in_scope:
-        with hb.batching():
-            go()
-    else:
-        go()
+    in_mode(in_scope, go)
 
 
 INT_OPERAND_ERRORS = [
@@ -708,11 +712,7 @@ def test_float_ops_reject_integer_operands(name, fn, in_scope):
     def go():
         with pytest.raises(hb.ShapeError, match=f"^{name}: .*int64"):
             fn(hb.array(np.array([1, 2, 3])))
-    if in_scope:
-        with hb.batching():
-            go()
-    else:
-        go()
+    in_mode(in_scope, go)
 
 
 @pytest.mark.parametrize("in_scope", [False, True])
@@ -720,11 +720,7 @@ def test_integer_operands_keep_exact_integer_ops(in_scope):
     def go():
         i = hb.array(np.array([1, 2, 3]))
         return [v.asnumpy() for v in (i * 2, -i, i - 1, hb.relu(i - 2), hb.sum(i * i))]
-    if in_scope:
-        with hb.batching():
-            got = go()
-    else:
-        got = go()
+    got = in_mode(in_scope, go)
     for value, expected in zip(got, ([2, 4, 6], [-1, -2, -3], [0, 1, 2], [0, 0, 1], 14)):
         assert value.dtype.kind == "i"
         np.testing.assert_array_equal(value, expected)
@@ -745,11 +741,7 @@ def test_bad_axis_or_sections_raise_at_the_call(fn, match, in_scope):
     def go():
         with pytest.raises(ValueError, match=match):
             fn(hb.array(_f32(2, 4)))
-    if in_scope:
-        with hb.batching():
-            go()
-    else:
-        go()
+    in_mode(in_scope, go)
 
 
 @pytest.mark.parametrize("in_scope", [False, True])
@@ -759,11 +751,7 @@ def test_one_hot_ops_need_vectors(in_scope):
         for fn in (lambda: hb.pick(m, 0), lambda: hb.pick_neg_log_softmax(m, 0)):
             with pytest.raises(hb.ShapeError, match=r"\(2, 3\)"):
                 fn()
-    if in_scope:
-        with hb.batching():
-            go()
-    else:
-        go()
+    in_mode(in_scope, go)
 
 
 PV = hb.Parameter("pv", (4,), init="normal")

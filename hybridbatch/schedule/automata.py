@@ -165,6 +165,43 @@ def _fewest(tab, pop):
 
 
 @njit(cache=True)
+def _bfs_arrays(size):
+    """A breadth-first search's arrays over `size` states, its start (state 0) met: per state
+    the distance (-1: not met), the state and the type it was met from; and the queue.
+    int32: the product search's 12M states stay under 200 MB."""
+    dist = np.full(size, -1, np.int32)
+    prev = np.full(size, -1, np.int32)
+    how = np.full(size, -1, np.int32)
+    queue = np.empty(size, np.int32)
+    queue[0] = 0
+    dist[0] = 0
+    return dist, prev, how, queue
+
+
+@njit(inline="always")
+def _visit(dist, prev, how, queue, tail, x, y, t):
+    """Meet state y from x by type t unless met before; the queue's new tail."""
+    if dist[y] < 0:
+        dist[y] = dist[x] + 1
+        prev[y] = x
+        how[y] = t
+        queue[tail] = y
+        return tail + 1
+    return tail
+
+
+@njit(cache=True)
+def _path(dist, prev, how, goal):
+    """The types along the breadth-first search's path from its start to `goal`."""
+    out = np.empty(dist[goal], np.int64)
+    y = goal
+    for j in range(dist[goal] - 1, -1, -1):
+        out[j] = how[y]
+        y = prev[y]
+    return out
+
+
+@njit(cache=True)
 def _product_search(tabs, sizes, finals):
     """The shortest type sequence that drives every automaton (tabs[i], sizes[i] states) to
     its final state: breadth-first search over the product of their states."""
@@ -178,13 +215,8 @@ def _product_search(tabs, sizes, finals):
         muls[i] = mul
         goal += finals[i] * mul
         mul *= sizes[i]
-    dist = np.full(total, -1, np.int32)
-    prev = np.full(total, -1, np.int32)
-    how = np.full(total, -1, np.int8)
-    queue = np.empty(total, np.int32)
+    dist, prev, how, queue = _bfs_arrays(total)
     head, tail = 0, 1
-    queue[0] = 0
-    dist[0] = 0
     while head < tail:
         x = queue[head]
         head += 1
@@ -200,18 +232,9 @@ def _product_search(tabs, sizes, finals):
                     moved = True
                     q = r
                 y += q * muls[i]
-            if moved and dist[y] < 0:
-                dist[y] = dist[x] + 1
-                prev[y] = x
-                how[y] = t
-                queue[tail] = y
-                tail += 1
-    out = np.empty(dist[goal], np.int64)
-    y = goal
-    for j in range(dist[goal] - 1, -1, -1):
-        out[j] = how[y]
-        y = prev[y]
-    return out
+            if moved:
+                tail = _visit(dist, prev, how, queue, tail, x, y, t)
+    return _path(dist, prev, how, goal)
 
 
 @njit(cache=True)
@@ -224,13 +247,8 @@ def _merge(seq, tab, final, variant):
     m = seq.shape[0]
     nq, nt = tab.shape
     size = (m + 1) * nq
-    dist = np.full(size, -1, np.int64)
-    prev = np.full(size, -1, np.int64)
-    how = np.full(size, -1, np.int64)
-    queue = np.empty(size, np.int64)
+    dist, prev, how, queue = _bfs_arrays(size)
     head, tail = 0, 1
-    queue[0] = 0
-    dist[0] = 0
     goal = m * nq + final
     while head < tail:
         x = queue[head]
@@ -257,18 +275,8 @@ def _merge(seq, tab, final, variant):
                 if r < 0:
                     continue
                 y = p * nq + r
-            if dist[y] < 0:
-                dist[y] = dist[x] + 1
-                prev[y] = x
-                how[y] = t
-                queue[tail] = y
-                tail += 1
-    out = np.empty(dist[goal], np.int64)
-    y = goal
-    for j in range(dist[goal] - 1, -1, -1):
-        out[j] = how[y]
-        y = prev[y]
-    return out
+            tail = _visit(dist, prev, how, queue, tail, x, y, t)
+    return _path(dist, prev, how, goal)
 
 
 def _exact(autos):
