@@ -167,7 +167,7 @@ def format_policies(res):
     width = max(max(len(n) for n in names), 13) + 2
     head = f"{'workload':<12}{'bound':>7}{'tight':>7}" + "".join(f"{n:>{width}}" for n in names)
     lines = ["batches executed (x ED-Batch's lower bound), learned policies judged on unseen minibatches;",
-             "tight = max(ED-Batch's bound, the path-pair bound, the grouped bound)", head]
+             "tight = max(ED-Batch's bound, the path-pair bound, the grouped bound, the part bound)", head]
     for r in res["results"]:
         cells = [f"{p['batches']} ({p['ratio']:.2f})" if p["ratio"] else str(p["batches"])
                  for p in (r["policies"][n] for n in names)]
