@@ -6,6 +6,21 @@ different structures never share an entry; the dict hashes them, equality decide
 """
 from collections import OrderedDict
 
+from .schedule import POLICIES
+from .schedule.check import checked
+from .schedule.fsm import FSMPolicy
+
+_BUILT_IN = tuple(POLICIES.values())
+
+
+def run_policy(policy, view):
+    """policy(view), checked unless the policy is built in or a learned FSMPolicy: those
+    make valid schedules by construction, a user's callable may not (see schedule/check.py)."""
+    order, bptr = policy(view)
+    if policy in _BUILT_IN or type(policy) is FSMPolicy:
+        return order, bptr
+    return checked(policy, view, order, bptr)
+
 
 class ScheduleCache:
     """A bounded LRU of (order, batch_ptr) per (policy, structure)."""
@@ -29,14 +44,14 @@ class ScheduleCache:
     def schedule(self, policy, view, global_sig):
         """(order, batch_ptr, hit): the cached schedule for this structure, or a new one."""
         if self.capacity <= 0:
-            order, bptr = policy(view)
+            order, bptr = run_policy(policy, view)
             return order, bptr, False
         key = (policy, global_sig.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
             return found[0], found[1], True
-        order, bptr = policy(view)
+        order, bptr = run_policy(policy, view)
         self._entries[key] = (order, bptr)
         if len(self._entries) > self.capacity:
             self._entries.popitem(last=False)

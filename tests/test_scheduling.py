@@ -312,6 +312,49 @@ def test_custom_policy_callable_is_used_and_unknown_names_rejected():
         hb.batching(policy=["agenda"])
 
 
+def _batches_of(view):
+    order, bptr = agenda(view)
+    return [order[bptr[i]:bptr[i + 1]] for i in range(len(bptr) - 1)]
+
+
+def _joined(batches):
+    return np.concatenate(batches), np.r_[0, np.cumsum([len(b) for b in batches])]
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda view: _joined(_batches_of(view)[::-1]), "runs before one of its operands"),
+    (lambda view: (agenda(view)[0], np.array([0, len(agenda(view)[0])])), "mixes signatures"),
+    (lambda view: _joined(_batches_of(view)[:-1]), "missing from the order"),
+    (lambda view: _joined(_batches_of(view) + _batches_of(view)[-1:]), "appears twice"),
+    (lambda view: (agenda(view)[0], np.r_[0, agenda(view)[1]]), "rise strictly"),
+    (lambda view: (agenda(view)[0].astype(np.float64), agenda(view)[1]), "1-D array of integers"),
+    (lambda view: (np.r_[0, agenda(view)[0]], np.r_[0, agenda(view)[1] + 1]), "not an executed node"),
+])
+def test_a_custom_policy_returning_an_invalid_schedule_is_a_clear_error(make, problem):
+    """Arenas start uninitialized: running such a schedule gave wrong values (a chain's batches
+    in reverse read rows not yet computed) instead of an error."""
+    W = hb.Parameter("bad_policy_W", (3, 3), rng=np.random.default_rng(0))
+
+    def model():
+        return hb.sum(hb.tanh(W @ hb.tanh(W @ hb.array(np.ones(3, np.float32)))))
+
+    def broken(view):
+        return make(view)
+
+    expected = model().asnumpy()
+    for cache_size in (32, 0):
+        hb.set_plan_cache_size(cache_size)
+        try:
+            with pytest.raises(ValueError, match=f"policy broken returned an invalid schedule: .*{problem}"):
+                with hb.batching(policy=broken):
+                    model()
+        finally:
+            hb.set_plan_cache_size(32)
+    with hb.batching(policy=lambda view: _joined(_batches_of(view))):    # a valid one still runs
+        y = model()
+    np.testing.assert_allclose(y.asnumpy(), expected, rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------------------
 # Scheduler invariants on random GraphViews
 # ---------------------------------------------------------------------------------------
