@@ -7,6 +7,7 @@ input types. Two signatures of a flush that still share a name (two instances of
 block class, such as TreeLSTM-2Type's two internal cells) are told apart by the creation
 order of their parameters, the same in every process that builds the model the same way.
 """
+from .ops.shape import Input, Output
 from . import parameter
 
 _cache = {}        # signature id -> name (signatures are never dropped, so ids stay valid)
@@ -23,9 +24,15 @@ def _stable(x):
 def _name(sig):
     name = _cache.get(sig.id)
     if name is None:
-        operands = [f"{dtype}{list(shape)}" if pid is None else f"{parameter.by_id(pid).name}:{dtype}{list(shape)}"
-                    for pid, shape, dtype in zip(sig.params, sig.in_shapes, sig.in_dtypes)]
-        name = _cache[sig.id] = f"{sig.op.name}{_stable(sig.attrs)}({', '.join(operands)})"
+        if sig.op is Input or sig.op is Output:
+            # their attrs end in an interned type id (per process): name the type instead
+            index = _stable(sig.attrs[:-1]) if sig.op is Output else ""
+            name = f"{sig.op.name}{index}->{sig.out_dtype}{list(sig.out_shape)}"
+        else:
+            operands = [f"{dtype}{list(shape)}" if pid is None else f"{parameter.by_id(pid).name}:{dtype}{list(shape)}"
+                        for pid, shape, dtype in zip(sig.params, sig.in_shapes, sig.in_dtypes)]
+            name = f"{sig.op.name}{_stable(sig.attrs)}({', '.join(operands)})"
+        _cache[sig.id] = name
     return name
 
 

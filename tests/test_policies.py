@@ -144,6 +144,25 @@ def test_fig1_keys_name_blocks_not_interned_ids():
     assert "block:Output()(float32[8])" in keys
 
 
+def test_input_and_extra_output_keys_name_their_type_not_its_interned_id():
+    """Input and extra-output signatures carry an interned type id in their attrs: their keys
+    named it ('input(0)()'), which differs between processes that interned types in another
+    order (the saved policy's new-process check failed after other tests ran first)."""
+    class Pair(hb.HybridBlock):
+        def forward(self, x):
+            return x * 2, hb.tanh(x)
+
+    pair = Pair()
+    pair.hybridize()
+    signature.type_id((7, 1), np.dtype(np.float16))     # a type no earlier test interned
+    with hb.batching(policy=agenda, granularity="block") as scope:
+        hb.array(np.zeros((7, 1), np.float16))
+        pair(np.zeros(3, np.float32))
+    keys = set(scope.plans[0].view.sig_keys)
+    assert keys == {"input->float16[7, 1]", "input->float32[3]", "output(1)->float32[3]",
+                    "block:Pair()(float32[3])"}
+
+
 def test_two_instances_of_one_block_are_told_apart_by_parameter_age():
     older, newer = Internal(), Internal()          # TreeLSTM-2Type's two cells, in miniature
     older.hybridize()
