@@ -207,12 +207,16 @@ OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adagrad": Adagrad}
 
 
 def _collect(params):
-    """A list of distinct Parameters from a list/tuple, a dict name -> Parameter or a ParameterDict."""
+    """A list of distinct Parameters from a list/tuple, a dict name -> Parameter or a ParameterDict.
+
+    A mapping may bind one Parameter to several names: `collect_params()` of a model with
+    tied weights lists the shared one under each block's path. Those names are one
+    parameter, updated once. A list naming one twice is a mistake and an error."""
     if isinstance(params, Parameter):
         raise TypeError("Trainer takes a collection of Parameters (a list, a dict or a ParameterDict); "
                         "wrap a single one in a list")
     if isinstance(params, (ParameterDict, dict)):
-        items = list(params.values())
+        items = list({id(p): p for p in params.values()}.values())
     elif isinstance(params, (list, tuple)):
         items = list(params)
     else:

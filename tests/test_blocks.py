@@ -351,3 +351,22 @@ def test_parameters_lists_a_shared_parameter_once():
     params = net.parameters()
     assert [p is net.a.weight for p in params].count(True) == 1 and len(params) == 3
     hb.Trainer(params)                             # the Trainer rejects duplicates; none here
+
+
+def test_a_trainer_over_collect_params_updates_a_tied_weight_once():
+    """collect_params() lists a tied weight under both paths; the Trainer refused it
+    ('listed twice'), so the guide's Trainer(model.collect_params()) failed on tied models."""
+    class Two(hb.Block):
+        def __init__(self):
+            super().__init__()
+            self.a = hb.nn.Dense(3, 4, seed=0)
+            self.b = hb.nn.Dense(3, 4, seed=1)
+            self.b.weight = self.a.weight
+
+    net = Two()
+    trainer = hb.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.5})
+    assert len(trainer.params) == 3
+    before = net.a.weight.data.copy()
+    net.a.weight.grad = np.ones((3, 4), np.float32)
+    trainer.step(1)
+    np.testing.assert_array_equal(net.a.weight.data, before - 0.5)    # one update, not two
