@@ -829,3 +829,27 @@ def test_picked_softmax_loss_kernel_is_stable_and_keeps_nan_like_numpy():
     np.testing.assert_allclose(loss[:2], [0.0, 1000.0])
     np.testing.assert_allclose(grad[:2], [[0.0, 0.0, 0.0], [1.0, -1.0, 0.0]], atol=1e-6)
     assert np.isnan(loss[2:]).all() and np.isnan(grad[2:]).all()
+
+
+def _doubled(x):
+    return x * 2
+
+
+def _summed_grad(x, y, gy):       # the gradient of a (3,) operand, wrongly as one number
+    return (np.float32(2 * gy.sum()),)
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+def test_py_func_gradient_of_the_wrong_shape_is_an_error(in_scope):
+    """grad_fn's result was broadcast into the operand's gradient: a scalar for a 3-vector
+    silently tripled the gradient of W, in both modes."""
+    W = make_param(np.eye(3), np.float32)
+
+    def go():
+        loss = hb.sum(hb.py_func(_doubled, hb.tanh(W @ _f32(3)), out_shape=(3,), grad_fn=_summed_grad))
+        with pytest.raises(ValueError, match=r"_summed_grad returned a gradient of shape \(\) for operand 0, "
+                                             r"whose shape is \(3,\)"):
+            loss.backward()
+
+    in_mode(in_scope, go)
+    assert not W.grad.any()

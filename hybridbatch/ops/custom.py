@@ -29,11 +29,16 @@ class PyFunc(Op):
             raise NotImplementedError(f"py_func {sig.attrs[0].__name__} has no grad_fn")
         per_row = [grad_fn(*_row(xs, sig, b), y[b], gy[b]) for b in range(gy.shape[0])]
         grads = []
-        for i, (n, shared) in enumerate(zip(needs, sig.shared)):
+        for i, (n, shared, shape) in enumerate(zip(needs, sig.shared, sig.in_shapes)):
             if not n:
                 grads.append(None)
                 continue
-            g = xp.stack([xp.asarray(r[i]) for r in per_row])
+            rows = [xp.asarray(r[i]) for r in per_row]
+            for r in rows:     # a wrong shape would broadcast into the operand's gradient silently
+                if r.shape != shape:
+                    raise ValueError(f"py_func {grad_fn.__name__} returned a gradient of shape {r.shape} "
+                                     f"for operand {i}, whose shape is {shape}")
+            g = xp.stack(rows)
             grads.append(g.sum(axis=0) if shared else g)   # a shared parameter gets one summed grad
         return tuple(grads)
 
