@@ -42,8 +42,9 @@ class ScheduleCache:
         return len(self._entries)
 
     def schedule(self, policy, view, global_sig):
-        """(order, batch_ptr, hit): the cached schedule for this structure, or a new one."""
-        if self.capacity <= 0:
+        """(order, batch_ptr, hit): the cached schedule for this structure, or a new one.
+        A policy with `cacheable = False` (one that keeps what it is shown) is always run."""
+        if self.capacity <= 0 or not getattr(policy, "cacheable", True):
             order, bptr = run_policy(policy, view)
             return order, bptr, False
         key = (policy, global_sig.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())

@@ -499,6 +499,21 @@ def test_capture_needs_samples_and_a_positive_batch_size():
         hb.learn_policy(fig1_tree, fig1_samples(2), encoding="sort", progress=False, batch_size=0)
 
 
+def test_capture_sees_every_minibatch_even_of_a_structure_seen_before():
+    """The plan cache served the second and third minibatch (same structure, same capturing
+    policy) without calling the policy: 1 view was captured for 3 minibatches."""
+    from hybridbatch.schedule.learn import capture_views
+    W = hb.Parameter("capture_W", (4, 4), rng=np.random.default_rng(0))
+
+    def chain(n):
+        h = hb.array(np.ones(4, np.float32))
+        for _ in range(n):
+            h = hb.tanh(W @ h)
+        return hb.sum(h)
+
+    assert len(capture_views(chain, [3, 5] * 3, batch_size=2)) == 3
+
+
 def test_learning_needs_named_types():
     view = make_view(chain([1, 2]))
     with pytest.raises(ValueError, match="sig_key"):

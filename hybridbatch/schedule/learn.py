@@ -19,7 +19,10 @@ EPSILON = (0.3, 0.02)   # exploration, decaying linearly from the first to the s
 
 
 class _Capture:
-    """A policy that keeps every view it schedules (and schedules it by agenda)."""
+    """A policy that keeps every view it schedules (and schedules it by agenda). Not
+    cacheable: a cached schedule for a repeated structure would skip the view."""
+
+    cacheable = False
 
     def __init__(self):
         self.views = []
