@@ -13,6 +13,7 @@ from . import backend
 from .kernels.scatter import add_outer, scatter_add_rows
 
 _ids = itertools.count()
+GRAD_REQS = ("write", "null")
 _ASK = object()     # zero_grad: compute the rows to clear
 _live = weakref.WeakValueDictionary()
 
@@ -112,12 +113,23 @@ class Parameter:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.pid = next(_ids)
-        self.grad_req = grad_req
+        self.grad_req = grad_req      # validated by the property below
         rng = rng if rng is not None else np.random.default_rng(self.pid)
         self._data = backend.xp().asarray(initializer(init)(self.shape, self.dtype, rng))
         self._grad = backend.xp().zeros(self.shape, self.dtype)
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
         _live[self.pid] = self
+
+    @property
+    def grad_req(self):
+        """"write" (trained) or "null" (frozen: no gradient is kept, a Trainer skips it)."""
+        return self._grad_req
+
+    @grad_req.setter
+    def grad_req(self, value):
+        if value not in GRAD_REQS:      # a typo ("nul") would otherwise train the parameter
+            raise ValueError(f"parameter {self.name!r}: grad_req must be one of {GRAD_REQS}, not {value!r}")
+        self._grad_req = value
 
     @property
     def data(self):

@@ -689,6 +689,14 @@ def in_mode(in_scope, go):
 
 
 @pytest.mark.parametrize("in_scope", [False, True])
+def test_reshape_says_minus_one_is_not_inferred(in_scope):
+    def go():
+        with pytest.raises(hb.ShapeError, match=r"reshape: .*\(-1,\).*-1 is not inferred"):
+            hb.reshape(hb.array(_f32(2, 3)), (-1,))
+    in_mode(in_scope, go)
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
 def test_dtype_mismatch_is_a_shape_error(in_scope):
     def go():
         with pytest.raises(hb.ShapeError, match="add.*float64.*float32|add.*float32.*float64"):

@@ -435,6 +435,10 @@ def test_unknown_encoding_is_rejected():
     ('{"format": "hybridbatch.fsm-policy/1", "encoding": "sort", "types": ["a"]}', "states"),
     ('{"format": "hybridbatch.fsm-policy/1", "encoding": "sort", "types": ["a"], "states": [[0]], '
      '"actions": [3]}', "whose action is one of its ready types"),
+    ('{"format": "hybridbatch.fsm-policy/1", "encoding": "sort", "types": ["a", "b"], "states": [[1.5]], '
+     '"actions": [1]}', "must hold integers"),      # was read as state [1]: int() truncated it
+    ('{"format": "hybridbatch.fsm-policy/1", "encoding": "sort", "types": ["a"], "states": [[0]], '
+     '"actions": [0.0]}', "must hold integers"),
     ('[1, 2]', "not a saved FSM policy"),
 ])
 def test_loading_a_malformed_file_names_it(tmp_path, text, why):

@@ -186,6 +186,17 @@ def test_trainer_zero_grad_discards_without_updating():
     np.testing.assert_array_equal(w.data, [1.0, 2.0])
 
 
+def test_grad_req_other_than_write_or_null_is_refused():
+    """A typo ("nul") would have trained a parameter meant to be frozen."""
+    with pytest.raises(ValueError, match="grad_req must be one of .*'nul'"):
+        hb.Parameter("w", (2,), grad_req="nul")
+    w = hb.Parameter("w", (2,))
+    with pytest.raises(ValueError, match="grad_req"):
+        w.grad_req = "frozen"
+    w.grad_req = "null"
+    assert w.grad_req == "null"
+
+
 def test_grad_req_null_parameters_are_skipped():
     w = param("w", [1.0, 2.0])
     frozen = param("frozen", [3.0, 4.0], grad=[7.0, 7.0], grad_req="null")

@@ -134,6 +134,8 @@ class Reshape(Op):
     name = "reshape"
 
     def infer(self, attrs, shapes, dtypes):
+        check(all(d >= 0 for d in attrs), self.name, (shapes[0], attrs),
+              "the new shape needs every dimension given (-1 is not inferred)")
         check(int(np.prod(attrs, dtype=np.int64)) == int(np.prod(shapes[0], dtype=np.int64)), self.name,
               (shapes[0], attrs), "element counts differ")
         return attrs, dtypes[0]

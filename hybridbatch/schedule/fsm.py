@@ -51,8 +51,8 @@ class FSMPolicy:
         self.encoding = encoding
         self._code = encoding_code(encoding)
         self._ids = {k: i for i, k in enumerate(self.types)}
-        self.states = [list(map(int, s)) for s in states]
-        self.actions = [int(a) for a in actions]
+        self.states = [_integers(s, "state") for s in states]
+        self.actions = _integers(actions, "actions")
         self.batches = self.lower_bound = None
         if len(self.states) != len(self.actions):
             raise ValueError(f"{len(self.states)} states but {len(self.actions)} actions")
@@ -125,3 +125,10 @@ class FSMPolicy:
 
     def __repr__(self):
         return f"FSMPolicy({self.encoding!r}, {len(self.types)} types, {len(self.states)} states)"
+
+
+def _integers(values, what):
+    """A saved table's integers as ints; 1.5 or "1" is a corrupt file, not a truncated 1."""
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"a policy's {what} must hold integers, not {list(values)!r}")
+    return [int(v) for v in values]
