@@ -92,8 +92,8 @@ def build_parser():
     ap.add_argument("--no-eager", action="store_true", help="skip the eager runs (no speedups)")
     ap.add_argument("--sweep", choices=sorted(SWEEPS),
                     help="hidden: 32..512; batch: 1..256 (WORKLOADS.md variants); writes a PNG")
-    ap.add_argument("--plot", metavar="PNG", help="sweep plot path (default: next to --json, or "
-                                                  "sweep_<WORKLOAD>.png)")
+    ap.add_argument("--plot", metavar="PNG", help="plot path for --sweep and policies (default: next to "
+                                                  "--json, or sweep_<WORKLOAD>.png / policies.png)")
     ap.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate (0.05)")
     ap.add_argument("--seed", type=int_at_least(0), default=0)
     ap.add_argument("--gemm-repeats", type=int_at_least(1), default=7,

@@ -9,7 +9,7 @@ second product and dropped at the end, so nothing stale survives a parameter upd
 
 `use("numpy")` or HYBRIDBATCH_BLAS=numpy turns MKL off. MKL follows MKL_NUM_THREADS; when
 that (or OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no OpenMP runtime joins
-the process. Only float32/float64 C-ordered operands on the host go to MKL; anything else
+the process. Only float32/float64 C- or Fortran-ordered operands on the host go to MKL; anything else
 (cupy arrays, other dtypes, odd strides) is numpy's.
 """
 import contextlib

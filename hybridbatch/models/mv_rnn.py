@@ -14,7 +14,8 @@ shrinking) with every level.
 
 One hybridized block call per tree node (leaf: (word, label); internal: (a, A, loss_l, b, B,
 loss_r, label)), returning (p, P, subtree loss): see recursive_tree.py. A node's d³ product
-W_M [A; B] is the dominant cost; the batched run does it as one GEMM per batch of nodes.
+W_M [A; B] is the dominant cost; the batched run does it as one GEMM per instance (a
+batched matmul: see ops/linalg._shared_left for why not one wide GEMM).
 """
 import numpy as np
 
