@@ -10,7 +10,8 @@ from contextlib import contextmanager
 import numpy as np
 from numba import njit
 
-from .execute import operands, batch_aux, scatter_add
+from .errors import NumericsError
+from .execute import operands, batch_aux, scatter_add, first_bad_row, raise_numerics
 from .kernels import blas
 from .ops import OuterGrad, RowGrad
 from .parameter import by_id
@@ -29,11 +30,34 @@ def _mark_ancestors(mark, start, arg_ptr, args):
 _pending = threading.local()
 
 
+class _Numerics:
+    """check_numerics in reverse mode: the batch being differentiated, so that the first
+    NaN/inf gradient names its node and the line that recorded it."""
+
+    def __init__(self, origin, xp):
+        self.origin, self.xp = origin, xp
+        self.batch = None       # (plan, batch index, signature)
+
+    def check(self, g, what, summed=False):
+        """Raise NumericsError if gradient g (an array, a RowGrad or an OuterGrad) is not
+        finite, naming the node of its first bad row. summed: g is a dense parameter
+        gradient, the batch's sum, named by the batch's first node."""
+        parts = (g.left, g.right) if isinstance(g, OuterGrad) else (g.values,) if isinstance(g, RowGrad) else (g,)
+        plan, b, sig = self.batch
+        for part in parts:
+            if not self.xp.isfinite(part).all():
+                row = 0 if summed or len(part) != plan.sizes[b] else first_bad_row(part, self.xp)
+                raise_numerics(plan, b, sig, self.origin, f"gave a NaN/inf gradient for {what}", row)
+
+
 def accumulate_param(pid, g):
     """Add a gradient into Parameter pid's .grad (dense, RowGrad rows, or an OuterGrad)."""
     p = by_id(pid)
     if p.grad_req == "null":
         return
+    numerics = getattr(_pending, "numerics", None)
+    if numerics is not None:
+        numerics.check(g, f"parameter {p.name!r}", summed=not isinstance(g, (RowGrad, OuterGrad)))
     if isinstance(g, RowGrad):
         p.add_grad_rows(g.rows, g.values)
     elif isinstance(g, OuterGrad):
@@ -59,18 +83,30 @@ def one_gemm_per_weight(xp):
         for pid, parts in _pending.outer.items():
             left = parts[0].left if len(parts) == 1 else xp.concatenate([g.left for g in parts])
             right = parts[0].right if len(parts) == 1 else xp.concatenate([g.right for g in parts])
-            by_id(pid).add_grad(blas.gemm(left.T, right))
+            grad = blas.gemm(left.T, right)
+            if getattr(_pending, "numerics", None) is not None and not xp.isfinite(grad).all():
+                raise NumericsError(f"the gradient of parameter {by_id(pid).name!r}, summed over its batches, "
+                                    f"overflowed to NaN/inf (each batch's factors were finite)")
+            by_id(pid).add_grad(grad)
     finally:
         _pending.outer = None
 
 
-def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
-    """Backpropagate d(value of seed_node) = 1 into every Parameter.grad it depends on."""
-    with one_gemm_per_weight(xp), blas.packing():
-        _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp)
+def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, origin=None):
+    """Backpropagate d(value of seed_node) = 1 into every Parameter.grad it depends on.
+
+    origin (check_numerics: the recording line per node): a NaN/inf gradient raises
+    NumericsError naming the node it came from. Parameters' .grad may then hold the part of
+    this backward done before it."""
+    _pending.numerics = None if origin is None else _Numerics(origin, xp)
+    try:
+        with one_gemm_per_weight(xp), blas.packing():
+            _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, _pending.numerics)
+    finally:
+        _pending.numerics = None
 
 
-def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
+def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics):
     mark = np.zeros(n_nodes, np.bool_)
     mark[seed_node] = True
     grads = [None] * len(arenas)
@@ -107,6 +143,8 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
             ys = [arenas[a][s:s + size] for a, s in outs]
             gys = [grad_arena(a)[s:s + size] for a, s in outs]
             extra = {"saved": plan.saved.get(b)} if op.saves else {}
+            if numerics is not None:
+                numerics.batch = (plan, b, sig)
             if op.n_out > 1:
                 gxs = op.backward(xp, sig, xs, batch_aux(plan, b, op), ys, gys, needs, **extra)
             else:
@@ -118,6 +156,8 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp):
                         accumulate_param(pid, gx)
                     continue
                 if need:
+                    if numerics is not None:
+                        numerics.check(gx, f"operand {k - g0}")
                     grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
                     if plan.g_kind[k] == 2:
                         p = plan.g_off[k]

@@ -86,12 +86,16 @@ def _run_batches(plan, arenas, xp, origin):
             if yj.shape != dst.shape:
                 raise AssertionError(f"kernel {op.name} returned {yj.shape}, expected {dst.shape}")
             if origin is not None and not xp.isfinite(yj).all():   # check_numerics
-                raise_numerics(plan, b, sig, yj, origin, xp)
+                raise_numerics(plan, b, sig, origin, "produced NaN/inf", first_bad_row(yj, xp))
             dst[...] = yj
 
 
-def raise_numerics(plan, b, sig, y, origin, xp):
-    bad = int(np.flatnonzero(~np.asarray(xp.isfinite(y).reshape(len(y), -1).all(axis=1)))[0])
-    nid = plan.start + int(plan.batch_nodes(b)[bad])
-    raise NumericsError(f"{sig.op.name} produced NaN/inf in node {nid} ({sig.describe()}), "
-                        f"recorded at {origin[nid]}")
+def first_bad_row(rows, xp):
+    """Index of the first row (one per node of a batch) holding a NaN or inf."""
+    return int(np.flatnonzero(~np.asarray(xp.isfinite(rows).reshape(len(rows), -1).all(axis=1)))[0])
+
+
+def raise_numerics(plan, b, sig, origin, what, row=0):
+    """NumericsError naming node `row` of batch b and the line that recorded it."""
+    nid = plan.start + int(plan.batch_nodes(b)[row])
+    raise NumericsError(f"{sig.op.name} {what} in node {nid} ({sig.describe()}), recorded at {origin[nid]}")

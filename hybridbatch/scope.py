@@ -239,7 +239,7 @@ class batching:
         self._check_usable()
         t0 = time.perf_counter()
         run_backward(self.plans, self.arenas, nid, self.loc_arena.data, self.loc_row.data,
-                     self.flushed, backend.xp())
+                     self.flushed, backend.xp(), self.graph.origin)
         spent = time.perf_counter() - t0
         self._times["backward"] += spent
         if self.open:

@@ -215,3 +215,69 @@ def test_len_is_the_first_axis_and_a_0d_value_has_none(mode):
         assert len(m) == 4 and s.shape == ()
         with pytest.raises(TypeError, match=r"^len\(\) of a 0-d value$"):
             len(s)
+
+
+def _nan_gradient(x, y, gy):
+    return (gy * np.nan,)
+
+
+@pytest.mark.parametrize("granularity", ["op", "block"])
+def test_check_numerics_names_the_node_whose_gradient_turned_nan(granularity):
+    """Forward is finite; the py_func's gradient is NaN. The backward must stop there, naming
+    the recording line, instead of leaving NaN in W.grad."""
+    W = hb.Parameter("W", (3, 3))
+
+    class Cell(hb.HybridBlock):
+        def forward(self, x):
+            return hb.tanh(W @ x)
+
+    cell = Cell()
+    cell.hybridize()
+    x = np.ones(3, np.float32)
+    with hb.batching(check_numerics=True, granularity=granularity):
+        hs = [hb.py_func(np.copy, cell(x), out_shape=(3,), grad_fn=_nan_gradient) for _ in range(2)]
+        loss = hb.sum(hs[0]) + hb.sum(hs[1])
+        assert np.isfinite(loss.asnumpy())
+        with pytest.raises(hb.NumericsError, match=r"py_func gave a NaN/inf gradient for operand 0 .*test_scope\.py"):
+            loss.backward()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # the overflow is the point
+@pytest.mark.parametrize("granularity", ["op", "block"])
+def test_check_numerics_names_the_parameter_whose_gradient_turned_inf(granularity):
+    """Forward is finite (b = 0); d(2 sum(b x))/db = 2 x overflows float32. At block
+    granularity the parameter's gradient is accumulated inside the block's program: checked
+    too."""
+    b = hb.Parameter("b", (3,), init=0.0)
+
+    class Scale(hb.HybridBlock):
+        def forward(self, x):
+            return b * x
+
+    block = Scale()
+    block.hybridize()
+    big = np.full(3, 3e38, np.float32)
+    with hb.batching(check_numerics=True, granularity=granularity):
+        loss = hb.sum(block(big)) * 2.0
+        assert loss.item() == 0.0
+        with pytest.raises(hb.NumericsError, match=r"gradient for parameter 'b' .*test_scope\.py"):
+            loss.backward()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+def test_check_numerics_catches_a_weight_gradient_that_overflows_only_when_summed():
+    """dW = G^T X runs once per weight after the reverse pass: its factors (2 and 3e38) are
+    finite, their product is not."""
+    W = hb.Parameter("W", (3, 3), init=0.0)
+    with hb.batching(check_numerics=True):
+        loss = hb.sum(W @ hb.array(np.full(3, 3e38, np.float32))) * 2.0
+        with pytest.raises(hb.NumericsError, match="parameter 'W', summed over its batches"):
+            loss.backward()
+
+
+def test_without_check_numerics_backward_does_not_check():
+    W = hb.Parameter("W", (3,))
+    with hb.batching():
+        loss = hb.sum(hb.py_func(np.copy, W * 1.0, out_shape=(3,), grad_fn=_nan_gradient))
+    loss.backward()
+    assert np.isnan(W.grad).all()
