@@ -116,11 +116,12 @@ class Program:
         return self._units
 
     def forward(self, xp, xs, size, ints=None):
-        vals = [None] * self.n_slots
+        vals = _Values([None] * self.n_slots)
+        vals.units = self.units(xp)
         vals[:self.n_inputs] = xs
         for slot, value in self.consts:
             vals[slot] = xp.broadcast_to(value, (size,) + value.shape)
-        for unit in self.units(xp):
+        for unit in vals.units:
             if isinstance(unit, FusedRun):
                 self._forward_fused(xp, unit, vals, size)
                 continue
@@ -162,7 +163,7 @@ class Program:
         for o, g in zip(self.outputs, gys):
             grads.add(o, g)
         const = {slot for slot, _ in self.consts}
-        for unit in reversed(self.units(xp)):
+        for unit in reversed(vals.units):   # the forward's plan, even if fusion was toggled since
             if isinstance(unit, FusedRun):
                 self._backward_fused(xp, unit, vals, grads, const)
                 continue
@@ -205,6 +206,14 @@ class Program:
 
     def structure(self, outs):
         return outs[0] if self.single else tuple(outs)
+
+
+class _Values(list):
+    """A program's slot values from one forward, with the units that computed them: backward
+    follows the same plan (a fused run leaves its inner slots empty, and a bias folded into
+    a run is missing from its affine's slot)."""
+
+    __slots__ = ("units",)
 
 
 class _Grads:

@@ -157,3 +157,61 @@ def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
     assert fused_compiled2 == 0 and fused_hits2 > 0   # the second only loads them
     assert n_kernels >= 5 and package_compiled2 == 0   # nor any scheduler/plan/scatter kernel
     assert list(tmp_path.glob("fused_*.py"))
+
+
+class Gates(hb.HybridBlock):
+    """An affine layer whose output feeds the gate math; `leak` also uses it outside the run
+    (so its bias must stay in the affine step), `own_bias` takes a per-instance bias."""
+
+    def __init__(self, w, b, variant):
+        super().__init__()
+        self.w, self.b, self.variant = w, b, variant
+
+    def forward(self, x, c):
+        bias = c if self.variant == "own_bias" else self.b
+        z = hb.affine(self.w, x, bias)
+        i, g = hb.split(z, 2)
+        h = hb.sigmoid(i) * hb.tanh(g) + c[:4] * 0.5
+        if self.variant == "whole":            # the run reads the affine output unsliced
+            return h, hb.tanh(hb.affine(self.w, x, self.b)) * c
+        if self.variant == "leak":
+            return h, hb.sum(z)
+        return h
+
+
+def _gates_step(variant, fused):
+    rng = np.random.default_rng(3)
+    w = hb.Parameter("w", (8, 5), init="uniform", rng=rng)
+    b = hb.Parameter("b", (8,), init="uniform", rng=rng)
+    emb = hb.Parameter("emb", (6, 5), init="uniform", rng=rng)   # its gradient is x's
+    block = Gates(w, b, variant)
+    block.hybridize()
+    cs = rng.standard_normal((6, 8)).astype(np.float32)
+    with fusion(fused), hb.batching(granularity="block"):
+        outs = [block(hb.lookup(emb, k), c) for k, c in enumerate(cs)]
+        parts = [hb.sum(o * o) if not isinstance(o, tuple) else hb.sum(o[0] * o[0]) + hb.sum(o[1] * 1.5)
+                 for o in outs]
+        loss = hb.add_n(parts)
+    with fusion(not fused):     # backward follows the forward's plan, whatever the switch says now
+        loss.backward()
+    with fusion(fused):
+        units = next(iter(block._programs.values())).units(np)
+    return loss.item(), [p.grad.copy() for p in (w, b, emb)], units
+
+
+@pytest.mark.parametrize("variant", ["slices", "whole", "leak", "own_bias"])
+def test_affine_bias_folded_into_fused_run_keeps_values_and_gradients(variant):
+    fused_loss, fused_grads, units = _gates_step(variant, True)
+    plain_loss, plain_grads, _ = _gates_step(variant, False)
+    names = [u[1].op.name for u in units if not isinstance(u, FusedRun)]
+    runs = [u for u in units if isinstance(u, FusedRun)]
+    assert runs
+    params = {key for run in runs for kind, key in run.inputs if kind == "param"}
+    if variant in ("slices", "whole"):       # every affine folded: the runs read the bias
+        assert "affine" not in names and "matmul" in names and len(params) == 1
+    else:                                    # used outside the run / per-instance bias: kept
+        assert "affine" in names and not params
+    assert fused_loss == pytest.approx(plain_loss, rel=1e-5)
+    for name, a, b in zip("w b x".split(), fused_grads, plain_grads):
+        assert np.abs(a).max() > 0 or (variant, name) == ("own_bias", "b"), name
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=name)

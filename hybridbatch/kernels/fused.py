@@ -17,6 +17,9 @@ import os
 import pathlib
 import sys
 
+from .. import signature
+from ..ops.linalg import MatMul
+
 # scalar forward expression and local derivative (d out / d operand k) per op name;
 # x0, x1 are the operands, t the op's own value
 UNARY = {
@@ -80,11 +83,16 @@ class FusedRun:
         self.forward_kernel, self.backward_kernel = _load(source)
 
 
-def build_run(steps, n, used_later):
+def build_run(steps, n, used_later, biases=None):
     """A FusedRun for program steps (slot, sig, refs, aux) all of output length n.
 
     used_later: slots read after the run or returned by the program (must be written out).
+    biases: {slot: pid} of input slots that are a product still missing the bias
+    Parameter pid: the run reads slot[b, o + j] + bias[o + j] and adds the leaf's gradient
+    into both.
     """
+    biases = biases or {}
+    bias_of = {}          # leaf variable name -> kernel argument index of its bias
     inputs, input_index = [], {}
     leaves = {}           # (input index, column offset) -> leaf variable name
     value_of = {}         # program slot -> scalar expression name
@@ -101,6 +109,8 @@ def build_run(steps, n, used_later):
         name = leaves.get((k, offset))
         if name is None:
             name = leaves[(k, offset)] = f"l{len(leaves)}"
+            if kind == "slot" and key in biases:
+                bias_of[name] = arg("param", biases[key])
         return name
 
     def operand(ref, pid, offset=0):
@@ -134,7 +144,10 @@ def build_run(steps, n, used_later):
     leaf_reads = []
     for (k, offset), name in leaves.items():
         kind = inputs[k][0]
-        leaf_reads.append(f"{name} = in{k}[j]" if kind == "param" else f"{name} = in{k}[b, {offset} + j]")
+        read = f"in{k}[j]" if kind == "param" else f"in{k}[b, {offset} + j]"
+        if name in bias_of:
+            read += f" + in{bias_of[name]}[{offset} + j]"
+        leaf_reads.append(f"{name} = {read}")
     ins = ", ".join(f"in{k}" for k in range(len(inputs)))
     outs = ", ".join(f"out{i}" for i in range(len(outputs)))
     gouts = ", ".join(f"gout{i}" for i in range(len(outputs)))
@@ -154,6 +167,8 @@ def build_run(steps, n, used_later):
     for (k, offset), name in leaves.items():
         target = f"gin{k}[j]" if inputs[k][0] == "param" else f"gin{k}[b, {offset} + j]"
         writes.append(f"{target} += a_{name}")
+        if name in bias_of:
+            writes.append(f"gin{bias_of[name]}[{offset} + j] += a_{name}")
     bwd = [f"def backward(B, {ins}, {gouts}, {gins}):", "    for b in range(B):", f"        for j in range({n}):"]
     bwd += [f"            {s}" for s in body + adj + seed + back + writes]
 
@@ -210,9 +225,9 @@ def _fusable(step, n, produced):
     return all(shape == (n,) for shape in sig.in_shapes)
 
 
-def plan_units(steps, program_outputs):
-    """Split program steps into single steps and FusedRuns (runs with >= 2 fused ops)."""
-    units, i = [], 0
+def _run_spans(steps):
+    """(start, end, n) of each fusable run (>= 2 non-slice ops), in program order."""
+    spans, i = [], 0
     while i < len(steps):
         sig = steps[i][1]
         n = sig.out_shape[0] if len(sig.out_shape) == 1 else None
@@ -221,13 +236,56 @@ def plan_units(steps, program_outputs):
             produced.add(steps[j][0])
             j += 1
         if sum(s[1].op.name != "slice" for s in steps[i:j]) >= 2:
-            run = steps[i:j]
-            later = {r for s in steps[j:] for r in s[2] if r is not None} | set(program_outputs)
-            fused = build_run(run, n, later & produced)
-            fused.steps = run
-            units.append(fused)
+            spans.append((i, j, n))
             i = j
         else:
-            units.append(steps[i])
             i += 1
-    return units
+    return spans
+
+
+def _bias_folds(steps, spans, program_outputs):
+    """{step index: bias pid} for affine steps whose bias the fused runs can add.
+
+    Folded: float32 W x + b with b a shared Parameter of the output's own 1-D shape, W and x
+    not both shared, whose output is read only by steps inside fused runs (which read it as
+    leaves, so each can add b[offset + j] to what it reads) and is not a program output."""
+    in_run = {k for i, j, _ in spans for k in range(i, j)}
+    readers = {}
+    for k, (_, _, refs, _) in enumerate(steps):
+        for r in refs:
+            if r is not None:
+                readers.setdefault(r, set()).add(k)
+    folds = {}
+    for k, (slot, sig, refs, _) in enumerate(steps):
+        if (sig.op.name == "affine" and sig.out_dtype.name == "float32" and len(sig.out_shape) == 1
+                and sig.params[2] is not None and sig.in_shapes[2] == sig.out_shape
+                and not (sig.shared[0] and sig.shared[1]) and slot not in program_outputs
+                and readers.get(slot) and readers[slot] <= in_run):
+            folds[k] = sig.params[2]
+    return folds
+
+
+def plan_units(steps, program_outputs):
+    """Split program steps into single steps and FusedRuns (runs with >= 2 fused ops).
+
+    An affine step whose output only feeds fused runs becomes a bias-free matmul step, and
+    the runs add its bias where they read the output (and sum its gradient)."""
+    spans = _run_spans(steps)
+    folds = _bias_folds(steps, spans, program_outputs)
+    steps = list(steps)
+    biases = {}
+    for k, pid in folds.items():
+        slot, sig, refs, aux = steps[k]
+        steps[k] = (slot, signature.intern(MatMul, (), sig.codes[:2]), refs[:2], aux)
+        biases[slot] = pid
+    units, i = [], 0
+    for start, end, n in spans:
+        units += steps[i:start]
+        run = steps[start:end]
+        produced = {s[0] for s in run}
+        later = {r for s in steps[end:] for r in s[2] if r is not None} | set(program_outputs)
+        fused = build_run(run, n, later & produced, biases)
+        fused.steps = run
+        units.append(fused)
+        i = end
+    return units + steps[i:]
