@@ -215,3 +215,22 @@ def test_affine_bias_folded_into_fused_run_keeps_values_and_gradients(variant):
     for name, a, b in zip("w b x".split(), fused_grads, plain_grads):
         assert np.abs(a).max() > 0 or (variant, name) == ("own_bias", "b"), name
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_fused_kernels_keep_the_ops_order_near_float32_max():
+    """2 * (b * x) with b = 0 and x = 3e38 is 0 in the ops' order; reassociated into
+    (2 * x) * b it overflows to inf * 0 = NaN. Fused and eager must agree."""
+    b = hb.Parameter("b", (3,), init=0.0)
+
+    class Scale(hb.HybridBlock):
+        def forward(self, x):
+            return 2.0 * (b * x)
+
+    block = Scale()
+    block.hybridize()
+    big = np.full(3, 3e38, np.float32)
+    eager = block(big).asnumpy()
+    with hb.batching(granularity="block"):
+        y = block(big)
+    np.testing.assert_array_equal(eager, [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(y.asnumpy(), eager)

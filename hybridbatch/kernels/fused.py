@@ -53,12 +53,15 @@ def _tanh(x):
 """
 # What lets LLVM vectorize the loops: numpy's error model (no ZeroDivisionError check per
 # division), literals in the run's dtype (F) so float32 math is not widened to float64, and
-# reassociation/contraction -- but not 'nnan'/'ninf': NaN and inf propagate as in numpy.
+# contraction -- but not 'nnan'/'ninf': NaN and inf propagate as in numpy. Nor 'reassoc':
+# the loops are elementwise (nothing to reduce), and reordering 2 * (b * x) into (2 * x) * b
+# overflowed to NaN near float32's maximum where the ops' order gives 0 (W1's kernels ran
+# equally fast without it).
 _HEADER = """import numpy as np
 from numba import njit
 
 F = np.{dtype}
-FAST = {{"contract", "afn", "arcp", "reassoc", "nsz"}}
+FAST = {{"contract", "afn", "arcp", "nsz"}}
 """
 _JIT = '@njit(cache=True, error_model="numpy", fastmath=FAST)'
 
