@@ -86,8 +86,21 @@ def _run_batches(plan, arenas, xp, origin):
             if yj.shape != dst.shape:
                 raise AssertionError(f"kernel {op.name} returned {yj.shape}, expected {dst.shape}")
             if origin is not None and not xp.isfinite(yj).all():   # check_numerics
-                raise_numerics(plan, b, sig, origin, "produced NaN/inf", first_bad_row(yj, xp))
+                row = first_bad_row(yj, xp)
+                raise_numerics(plan, b, sig, origin, "produced NaN/inf" + _inside(plan, arenas, b, sig, row, xp), row)
             dst[...] = yj
+
+
+def _inside(plan, arenas, b, sig, row, xp):
+    """For a block call's batch: where in the block's forward the bad row first went
+    NaN/inf (its steps rerun one by one on that row), as text for the error."""
+    program = getattr(sig.op, "program", None)
+    if program is None:
+        return ""
+    xs = [x[row:row + 1] for x in operands(plan, arenas, b, sig, plan.sizes[b])]
+    aux = batch_aux(plan, b, sig.op)
+    found = program.first_nonfinite_step(xp, xs, None if aux is None else aux[row:row + 1])
+    return "" if found is None else f" (inside the block: first at {found[0]}, {found[1]})"
 
 
 def first_bad_row(rows, xp):

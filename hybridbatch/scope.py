@@ -270,8 +270,10 @@ class batching:
 
 
 def tracing():
-    """A fresh scope that records without executing, current until `end_tracing`."""
+    """A fresh scope that records without executing, current until `end_tracing`. It keeps
+    each op's line, so check_numerics can point inside a traced block."""
     scope = batching()
+    scope.graph.origin = []
     scope.open = scope.tracing = True
     scope._outer = current()
     _local.scope = scope

@@ -80,6 +80,7 @@ class Program:
             self.steps.append((slot, sig, refs, graph.aux[slot]))
         self.int_checks = tuple((_int_column(aux), sig.op.aux_limit(sig), sig) for _, sig, _, aux in self.steps
                                 if sig.op.uses_aux and _int_column(aux) is not None)
+        self.origins = dict(enumerate(graph.origin or ()))     # slot -> its line in forward
         self.outputs = tuple(outputs)
         self.single = single
         self.out_types = tuple(graph.type[o] for o in outputs)
@@ -116,20 +117,39 @@ class Program:
         return self._units
 
     def forward(self, xp, xs, size, ints=None):
-        vals = _Values([None] * self.n_slots)
-        vals.units = self.units(xp)
-        vals[:self.n_inputs] = xs
-        for slot, value in self.consts:
-            vals[slot] = xp.broadcast_to(value, (size,) + value.shape)
+        vals = self._inputs(xp, xs, size, self.units(xp))
         for unit in vals.units:
             if isinstance(unit, FusedRun):
                 self._forward_fused(xp, unit, vals, size)
-                continue
-            slot, sig, refs, aux = unit
-            op = sig.op
-            operands = [vals[r] if r is not None else by_id(pid).data for r, pid in zip(refs, sig.params)]
-            vals[slot] = op.forward(xp, sig, operands, self._aux(op, aux, ints, size))
+            else:
+                self._step(xp, unit, vals, ints, size)
         return tuple(vals[o] for o in self.outputs), vals
+
+    def first_nonfinite_step(self, xp, xs, ints=None):
+        """(op name, line in the block's forward) of the first step whose value holds NaN or
+        inf, the steps run one by one (unfused) on xs: check_numerics's pointer into a block."""
+        size = xs[0].shape[0] if xs else len(ints)
+        vals = self._inputs(xp, xs, size, self.steps)
+        for step in self.steps:
+            self._step(xp, step, vals, ints, size)
+            if not xp.isfinite(vals[step[0]]).all():
+                return step[1].op.name, self.origins.get(step[0], "<unknown>")
+        return None
+
+    def _inputs(self, xp, xs, size, units):
+        """The slot values before the first step: inputs and constants."""
+        vals = _Values([None] * self.n_slots)
+        vals.units = units
+        vals[:self.n_inputs] = xs
+        for slot, value in self.consts:
+            vals[slot] = xp.broadcast_to(value, (size,) + value.shape)
+        return vals
+
+    def _step(self, xp, step, vals, ints, size):
+        slot, sig, refs, aux = step
+        op = sig.op
+        operands = [vals[r] if r is not None else by_id(pid).data for r, pid in zip(refs, sig.params)]
+        vals[slot] = op.forward(xp, sig, operands, self._aux(op, aux, ints, size))
 
     @staticmethod
     def _fused_inputs(run, vals, size):
@@ -290,6 +310,7 @@ def trace(block, key, tracer):
             n_ints += 1
             continue
         sig = signature.intern(Input, (a,), ())
+        tracer.graph.origin.append("<block input>")     # origins stay aligned with node ids
         inputs.append(Future(tracer, tracer.graph.add(sig.id, sig.out_type, 0, (), -1)))
     n_inputs = len(tracer.graph)
     out = block.forward(*inputs)

@@ -1,5 +1,6 @@
 """The batching scope: laziness, flushes, incremental recording, errors at the recording line."""
 import contextlib
+import inspect
 
 import numpy as np
 import pytest
@@ -281,3 +282,30 @@ def test_without_check_numerics_backward_does_not_check():
         loss = hb.sum(hb.py_func(np.copy, W * 1.0, out_shape=(3,), grad_fn=_nan_gradient))
     loss.backward()
     assert np.isnan(W.grad).all()
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in log:RuntimeWarning")
+def test_check_numerics_points_inside_a_block_at_block_granularity():
+    """A NaN in a block call's output names the call's line and, rerunning the block's
+    steps on the bad row, the op and line inside forward where it first appeared (after a
+    split and a constant, so the trace's lines must stay aligned with its steps)."""
+    W = hb.Parameter("W", (4, 3))
+
+    class Cell(hb.HybridBlock):
+        def forward(self, x, scale):
+            a, b = hb.split(W @ x, 2)
+            c = hb.tanh(a) + hb.array(np.ones(2, np.float32)) * scale
+            bad = hb.log(c - 3.0)                      # tanh(a) + scale - 3 < 0: NaN
+            return hb.sum(bad) + hb.sum(b)
+
+    cell = Cell()
+    cell.hybridize()
+    line = inspect.getsourcelines(Cell.forward)[1] + 3
+    x = np.ones(3, np.float32)
+    with pytest.raises(hb.NumericsError) as info:
+        with hb.batching(check_numerics=True, granularity="block"):
+            cell(x, np.zeros(2, np.float32))
+            cell(x, np.ones(2, np.float32))
+    message = str(info.value)
+    assert message.startswith("block:Cell produced NaN/inf (inside the block: first at log, ")
+    assert f"test_scope.py:{line})" in message
