@@ -49,7 +49,7 @@ def rollout_search(view, width=WIDTH):
     if len(found[1]) - 1 > bound:
         core = merged_core(view)
         if core is not None:
-            merged = _play(view, core)
+            merged = _play(view, core, drop=True)
             if len(merged[1]) < len(found[1]):
                 found = merged
     for rule in (agenda, greedy_frontier):
@@ -64,14 +64,12 @@ def rollout_search(view, width=WIDTH):
 def _beam(view, width, bound):
     """The best schedule the beam scores (critical path's own at worst), replayed."""
     sig, unbatchable, cost = view.sig, view.unbatchable, view.cost
-    priority = average_depth(sig, view.depth, view.executable, view.n_sigs)
-    n_exec = _n_executed(view.executable)
-    order, bptr = np.empty(n_exec, np.int64), np.zeros(n_exec + 1, np.int64)
+    priority, order, bptr, root = _start_search(view)
+    n_exec = order.shape[0]
 
     def complete(loop, pos, nb):
         return critical_completion(copy_loop(loop), sig, unbatchable, priority, cost, order, bptr, pos, nb)[1]
 
-    root = _start(sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
     best_total, best_steps = complete(root, 0, 0), ()
     beam = [(0, 0, (), root)]                    # (batches, nodes run, signatures run, loop state)
     while beam and best_total > bound:
@@ -94,29 +92,24 @@ def _beam(view, width, bound):
                     best_total, best_steps = total, steps + (int(s),)
         scored.sort(key=lambda c: c[:2])          # stable: earlier (critical path's) first on ties
         beam = [(b, p, steps, loop) for _, b, p, steps, loop in scored[:width]]
-    return _replay(view, priority, best_steps, order, bptr)
+    return _play(view, best_steps, drop=False)
 
 
-def _play(view, types):
-    """The schedule of running the types in turn, each where it has ready nodes (else it is
-    skipped), then critical path to the end; first each step is dropped in turn where that
-    costs no batch (frontier.drop_steps)."""
-    sig, unbatchable = view.sig, view.unbatchable
+def _start_search(view):
+    """(priority per signature, order and batch_ptr buffers, the loop's starting state)."""
     n_exec = _n_executed(view.executable)
-    order, bptr = np.empty(n_exec, np.int64), np.zeros(n_exec + 1, np.int64)
-    root = _start(sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
-    priority = average_depth(sig, view.depth, view.executable, view.n_sigs)
+    return (average_depth(view.sig, view.depth, view.executable, view.n_sigs),
+            np.empty(n_exec, np.int64), np.zeros(n_exec + 1, np.int64),
+            _start(view.sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True))
+
+
+def _play(view, types, drop):
+    """The schedule of running the types in turn, each where it has ready nodes (else it is
+    skipped), then critical path to the end. drop: first drop each step in turn where that
+    costs no batch (frontier.drop_steps)."""
+    priority, order, bptr, root = _start_search(view)
     types = np.asarray(types, np.int64)
-    keep = drop_steps(types, root, sig, unbatchable, priority, view.cost, order, bptr)
-    nb = play_types(types, keep, root, sig, unbatchable, priority, view.cost, order, bptr)
+    args = (root, view.sig, view.unbatchable, priority, view.cost, order, bptr)
+    keep = drop_steps(types, *args) if drop else np.ones(len(types), np.bool_)
+    nb = play_types(types, keep, *args)
     return order, bptr[:nb + 1].copy()
-
-
-def _replay(view, priority, steps, order, bptr):
-    """The schedule of running `steps` (signatures), then critical path to the end."""
-    loop = _start(view.sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True)
-    pos = nb = 0
-    for s in steps:
-        pos, nb = _take(s, view.sig, view.unbatchable, order, bptr, pos, nb, loop)
-    pos, nb = critical_completion(loop, view.sig, view.unbatchable, priority, view.cost, order, bptr, pos, nb)
-    return order.copy(), bptr[:nb + 1].copy()
