@@ -139,7 +139,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                     needs.append(by_id(pid).grad_req != "null")
             if not any(needs) and not op.saves:
                 continue
-            xs = operands(plan, arenas, b, sig, size)
+            xs = None if op.saves else operands(plan, arenas, b, sig, size)   # saved: its own inputs
             ys = [arenas[a][s:s + size] for a, s in outs]
             gys = [grad_arena(a)[s:s + size] for a, s in outs]
             extra = {"saved": plan.saved.get(b)} if op.saves else {}
