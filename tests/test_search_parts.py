@@ -4,8 +4,10 @@
     sees the third chain, the path pairs do not, and search reaches it;
   * a lattice in miniature (chains of character types, word cells beside them, an output
     chain after them): the output chain is the tail, run after the core;
-  * the parts bound never exceeds the brute-forced optimum on small random graphs, and
-    search with it stays valid and not behind the heuristics.
+  * the parts bound never exceeds the brute-forced optimum on small random graphs (with
+    breadth-first search over three parts, and A* over more, stopped early or not), A*
+    agrees with breadth-first search where both run, and search with the bound stays
+    valid and not behind the heuristics.
 """
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -28,6 +30,7 @@ def test_parts_bound_sees_three_clashing_chains():
     assert lower_bound(view) == 3
     assert path_bound(view) == 4
     assert part_bound(view) == tight_lower_bound(view) == optimum(view) == 5
+    assert part_bound(view, n_first=3, limit=10**6) == 5     # A* agrees
     assert n_batches(POLICIES["search"], view) == 5
 
 
@@ -78,6 +81,15 @@ def test_a_lattice_in_miniature_runs_its_output_chain_as_the_tail():
 @given(graph_views(max_nodes=14))
 def test_parts_bound_never_exceeds_the_optimum(view):
     assert part_bound(view) <= optimum(view)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph_views(max_nodes=14))
+def test_astar_parts_bound_is_exact_where_it_finishes_and_a_bound_where_it_stops(view):
+    best = optimum(view)
+    assert part_bound(view, n_first=3, limit=10**6) == part_bound(view, n_first=3)
+    assert part_bound(view, n_first=5, limit=10**6) <= best
+    assert part_bound(view, n_first=5, limit=2) <= part_bound(view, n_first=5, limit=10**6)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -26,13 +26,19 @@ anything (the executed sets only grow), so the problem is a shortest common
   (_perturb), which moves along plateaus the single-part rounds stop on.
 - `part_bound`: the exact fewest batches of the few parts with the longest schedules,
   restricted to the core, plus the tail types' chains and one per unbatchable node: a lower
-  bound (proof at the function).
+  bound (proof at the function). Three parts by breadth-first search for the bench; more by
+  A* (`fewest_together`, estimates from exact pair and triple distances), which
+  benchmarks/bound_parts.py uses to bound the optimum itself.
 
 Parts whose automata would be large (wide trees) make these give up (None): the callers
 keep what they had.
 """
+import heapq
+import itertools
+
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.typed import Dict, List
 
 from .lower_bound import _lower_bound
 
@@ -202,19 +208,40 @@ def _path(dist, prev, how, goal):
 
 
 @njit(cache=True)
+def _successor(tabs, sizes, x, t):
+    """The product state after a step of type t from product state x (mixed radix over the
+    automata, the first fastest), and whether the step moved any of them."""
+    y, mul, moved, rest = 0, 1, False, x
+    for i in range(sizes.shape[0]):
+        q = rest % sizes[i]
+        rest //= sizes[i]
+        r = tabs[i, q, t]
+        if r >= 0:
+            moved = True
+            q = r
+        y += q * mul
+        mul *= sizes[i]
+    return y, moved
+
+
+@njit(cache=True)
+def _goal(sizes, finals):
+    """The product state where every automaton is at its final state."""
+    goal, mul = 0, 1
+    for i in range(sizes.shape[0]):
+        goal += finals[i] * mul
+        mul *= sizes[i]
+    return goal
+
+
+@njit(cache=True)
 def _product_search(tabs, sizes, finals):
     """The shortest type sequence that drives every automaton (tabs[i], sizes[i] states) to
     its final state: breadth-first search over the product of their states."""
-    k, _, nt = tabs.shape
     total = 1
-    for i in range(k):
+    for i in range(sizes.shape[0]):
         total *= sizes[i]
-    muls = np.empty(k, np.int64)
-    goal, mul = 0, 1
-    for i in range(k):
-        muls[i] = mul
-        goal += finals[i] * mul
-        mul *= sizes[i]
+    goal = _goal(sizes, finals)
     dist, prev, how, queue = _bfs_arrays(total)
     head, tail = 0, 1
     while head < tail:
@@ -222,19 +249,118 @@ def _product_search(tabs, sizes, finals):
         head += 1
         if x == goal:
             break
-        for t in range(nt):
-            y, moved, rest = 0, False, x
-            for i in range(k):
-                q = rest % sizes[i]
-                rest //= sizes[i]
-                r = tabs[i, q, t]
-                if r >= 0:
-                    moved = True
-                    q = r
-                y += q * muls[i]
+        for t in range(tabs.shape[2]):
+            y, moved = _successor(tabs, sizes, x, t)
             if moved:
                 tail = _visit(dist, prev, how, queue, tail, x, y, t)
     return _path(dist, prev, how, goal)
+
+
+@njit(cache=True)
+def _subset_fewest(tabs, sizes, pops):
+    """Per state of the product of these automata, the fewest steps to the end of all of
+    them. States by executed count (pops: per automaton and state), most first: every
+    step executes more."""
+    n = 1
+    for i in range(sizes.shape[0]):
+        n *= sizes[i]
+    executed = np.zeros(n, np.int64)
+    for x in range(n):
+        rest = x
+        for i in range(sizes.shape[0]):
+            executed[x] += pops[i, rest % sizes[i]]
+            rest //= sizes[i]
+    dist = np.zeros(n, np.int32)
+    for x in np.argsort(-executed, kind="mergesort"):
+        best = -1
+        for t in range(tabs.shape[2]):
+            y, moved = _successor(tabs, sizes, x, t)
+            if moved and (best < 0 or dist[y] + 1 < best):
+                best = dist[y] + 1
+        dist[x] = max(best, 0)
+    return dist
+
+
+@njit(cache=True)
+def _heuristic(x, sizes, tables, members):
+    """A* 's estimate at product state x: the largest exact distance to the end among the
+    subsets of automata that have a table (each a projection of the whole product)."""
+    k = sizes.shape[0]
+    st = np.empty(k, np.int64)
+    rest = x
+    for i in range(k):
+        st[i] = rest % sizes[i]
+        rest //= sizes[i]
+    best = 0
+    for s in range(len(tables)):
+        y, mul = 0, 1
+        for i in members[s]:
+            y += st[i] * mul
+            mul *= sizes[i]
+        best = max(best, tables[s][y])
+    return best
+
+
+@njit(cache=True)
+def _astar(tabs, sizes, finals, tables, members, limit):
+    """(fewest steps driving every automaton to its end, True), or past `limit` expansions
+    (the smallest f still open, False): a lower bound on it either way, the heuristic being
+    consistent (see fewest_together)."""
+    goal = _goal(sizes, finals)
+    g = Dict.empty(key_type=types.int64, value_type=types.int64)
+    g[0] = 0
+    heap = [(_heuristic(0, sizes, tables, members), np.int64(0))]
+    expanded = 0
+    while heap:
+        f, x = heapq.heappop(heap)
+        gx = g[x]
+        if x == goal:
+            return gx, True
+        if f > gx + _heuristic(x, sizes, tables, members):    # stale: x was reached shorter since
+            continue
+        expanded += 1
+        if expanded > limit:
+            return f, False
+        for t in range(tabs.shape[2]):
+            y, moved = _successor(tabs, sizes, x, t)
+            if moved and (y not in g or g[y] > gx + 1):
+                g[y] = gx + 1
+                heapq.heappush(heap, (gx + 1 + _heuristic(y, sizes, tables, members), y))
+    return -1, False
+
+
+MAX_TABLE = 30_000_000     # product states of one pair's or triple's distance table (A*)
+
+
+def fewest_together(autos, limit):
+    """(a lower bound on the fewest steps that drive all these automata to their ends,
+    whether it is exact): A* over their product, for more parts than `_exact` can search.
+
+    Its estimate is the largest exact distance to the end among the pairs and triples of
+    automata whose product has at most MAX_TABLE states. That is admissible (a schedule of
+    all of them runs each subset to its end, in no more steps) and consistent (one step
+    moves each subset's state by one step), so A* returns the optimum, and where it stops
+    after `limit` expansions the smallest f still open is a lower bound on it."""
+    k = len(autos)
+    sizes = np.array([a[0].shape[0] for a in autos], np.int64)
+    tabs = np.full((k, sizes.max(), autos[0][0].shape[1]), -1, np.int64)
+    pops = np.zeros((k, sizes.max()), np.int64)
+    for i, a in enumerate(autos):
+        tabs[i, :len(a[0])] = a[0]
+        pops[i, :len(a[2])] = a[2]
+    tables, members = List(), List()
+    for size in (2, 3):
+        for sub in itertools.combinations(range(k), size):
+            sub = np.array(sub, np.int64)
+            if np.prod(sizes[sub].astype(np.float64)) <= MAX_TABLE:
+                tables.append(_subset_fewest(tabs[sub], sizes[sub], pops[sub]))
+                members.append(sub)
+    if not tables:
+        tables.append(np.zeros(1, np.int32))     # typed lists need one element to type
+        members.append(np.zeros(0, np.int64))    # an empty subset: estimate 0
+    finals = np.array([a[1] for a in autos], np.int64)
+    steps, exact = _astar(tabs, sizes, finals, tables, members, limit)
+    return int(steps), bool(exact)
 
 
 @njit(cache=True)
@@ -359,11 +485,15 @@ def _reinsert(seq, autos, n_parts):
     return seq
 
 
-def part_bound(view, n_first=3):
+def part_bound(view, n_first=3, limit=None):
     """A lower bound on batches from the parts, or 0 where they do not make small automata:
 
         (fewest core batches of the n_first parts with the longest schedules, run alone)
         + sum over tail types of their longest chain (Eq. 2's term) + unbatchable nodes.
+
+    The fewest core batches come from breadth-first search over the parts' product
+    (`_exact`, the bench's default of three parts) or, given `limit`, from A* with at most
+    `limit` expansions (`fewest_together`: more parts, still a lower bound where it stops).
 
     Proof. Take any schedule. Its batches of core types, restricted to the nodes of those
     parts, run every such node after its operands among them (edges between core nodes of
@@ -383,16 +513,24 @@ def part_bound(view, n_first=3):
     if not autos:
         return 0
     k = min(n_first, len(autos))
+    if limit is not None and k > 1:
+        return fewest_together(autos[:k], limit)[0] + outside_core(view, tail)
     fewest = None
     while k >= 1 and fewest is None:
         seq = _exact(autos[:k]) if k > 1 else np.zeros(autos[0][3], np.int64)
         fewest = None if seq is None else len(seq)
         k -= 1
+    return fewest + outside_core(view, tail)
+
+
+def outside_core(view, tail):
+    """The batches any schedule spends outside the core, at least: the tail types' longest
+    chains (Eq. 2's term) plus one per unbatchable node."""
     ex = view.executable
     unbatchable = int(np.count_nonzero(ex & view.unbatchable[view.sig]))
     tail_nodes = ex & tail[view.sig] & ~view.unbatchable[view.sig]
     chains = _lower_bound(view.sig, tail_nodes, view.unbatchable, view.arg_ptr, view.args, view.n_sigs)
-    return fewest + unbatchable + int(chains)
+    return unbatchable + int(chains)
 
 
 def _perturb(seq, autos, n_parts, tries=PERTURB[0], n_out=PERTURB[1], seed=PERTURB[2]):
