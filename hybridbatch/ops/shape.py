@@ -149,22 +149,26 @@ class Reshape(Op):
 
 @register
 class Sum(Op):
-    """Sum of all elements (attrs (None,)) or along one per-instance axis."""
+    """Sum of all elements (attrs (None,)) or along one per-instance axis.
+
+    The dtype is numpy's for a sum (bools and small integers sum as the platform integer):
+    keeping the operand's dtype would wrap a batched int8 sum that eager returns whole."""
     name = "sum"
 
     def infer(self, attrs, shapes, dtypes):
+        dtype = np.zeros(0, dtypes[0]).sum().dtype
         axis = attrs[0]
         if axis is None:
-            return (), dtypes[0]
+            return (), dtype
         check(0 <= axis < len(shapes[0]), self.name, shapes, f"axis {axis} out of range")
-        return shapes[0][:axis] + shapes[0][axis + 1:], dtypes[0]
+        return shapes[0][:axis] + shapes[0][axis + 1:], dtype
 
     def forward(self, xp, sig, xs, aux):
         x = xs[0]
         axis = sig.attrs[0]
         if axis is None:
-            return x.reshape(x.shape[0], -1).sum(axis=1)
-        return x.sum(axis=axis + 1)
+            return x.reshape(x.shape[0], -1).sum(axis=1, dtype=sig.out_dtype)
+        return x.sum(axis=axis + 1, dtype=sig.out_dtype)
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
         axis = sig.attrs[0]

@@ -1,0 +1,46 @@
+"""Edge cases where batched (op and block granularity) and eager must agree with each other and
+with numpy: dtype promotion, bool and integer values, unusual indices, kernels' dtypes."""
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+
+MODES = ("eager", "op", "block")
+
+
+class _Fn(hb.HybridBlock):
+    """A hybridized block whose forward is `fn`, so block granularity records one node per call."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+        self.hybridize()
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _values(fn, instances, mode):
+    """fn over every instance (a tuple of arrays) in one mode, as numpy arrays."""
+    if mode == "eager":
+        return [fn(*[hb.array(a) for a in inst]).asnumpy() for inst in instances]
+    block = _Fn(fn)
+    with hb.batching(granularity=mode):
+        outs = [block(*inst) for inst in instances]
+    return [o.asnumpy() for o in outs]
+
+
+def _assert_like_numpy(fn, ref, instances):
+    """Every mode gives numpy's value and dtype per instance."""
+    for mode in MODES:
+        for inst, got in zip(instances, _values(fn, instances, mode)):
+            want = np.asarray(ref(*inst))
+            assert got.dtype == want.dtype, (mode, got.dtype, want.dtype)
+            np.testing.assert_array_equal(got, want, err_msg=mode)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int32, np.uint8])
+@pytest.mark.parametrize("axis", [None, 0])
+def test_sum_of_small_integers_and_bools_promotes_like_numpy(dtype, axis):
+    instances = [(np.array([100, 100, 0]).astype(dtype),), (np.array([2 ** 31 - 1, 2 ** 31 - 1, 7]).astype(dtype),)]
+    _assert_like_numpy(lambda x: hb.sum(x, axis=axis), lambda x: np.sum(x, axis=axis), instances)
