@@ -246,6 +246,11 @@ class batching:
             self._times["busy_inside"] += spent
 
     def _check_usable(self):
+        """A tracing scope's inputs are placeholders with no values: flushing it would read
+        uninitialized memory."""
+        if self.tracing:
+            raise ScopeError("this value was recorded while a hybridized block's forward was traced: it is a "
+                             "placeholder with no value; return it from forward to read it")
         if self.failure is not None:
             raise ScopeError(f"this batching scope was abandoned by an exception "
                              f"({type(self.failure).__name__}: {self.failure}); its values are not available")

@@ -1,0 +1,44 @@
+"""Lifecycle of scopes, futures, parameters and plans: misuse raises a clear error instead
+of a silently wrong value or a crash deep inside a kernel."""
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+
+
+class _Leaky(hb.HybridBlock):
+    """Keeps an intermediate of its traced forward on self: a placeholder, not a value."""
+
+    def __init__(self):
+        super().__init__()
+        self.W = hb.Parameter("W", (3, 2), rng=np.random.default_rng(0))
+
+    def forward(self, x):
+        self.hidden = self.W @ x
+        return hb.tanh(self.hidden)
+
+
+@pytest.mark.parametrize("mode", ["eager", "op", "block"])
+def test_a_value_kept_from_a_traced_forward_cannot_be_read(mode):
+    block = _Leaky()
+    block.hybridize()
+    x = np.ones(2, np.float32)
+    if mode == "eager":
+        y = block(x)
+    else:
+        with hb.batching(granularity=mode):
+            y = block(x)
+    np.testing.assert_allclose(y.asnumpy(), np.tanh(block.W.data @ x), rtol=1e-6)
+    with pytest.raises(hb.ScopeError, match="traced"):
+        block.hidden.asnumpy()
+
+
+def test_reading_a_value_inside_a_traced_forward_is_refused():
+    class Branchy(hb.HybridBlock):
+        def forward(self, x):
+            return x * 2.0 if x.asnumpy().sum() > 0 else x
+
+    block = Branchy()
+    block.hybridize()
+    with pytest.raises(hb.ScopeError, match="traced"):
+        block(np.ones(2, np.float32))
