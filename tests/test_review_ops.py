@@ -44,3 +44,31 @@ def _assert_like_numpy(fn, ref, instances):
 def test_sum_of_small_integers_and_bools_promotes_like_numpy(dtype, axis):
     instances = [(np.array([100, 100, 0]).astype(dtype),), (np.array([2 ** 31 - 1, 2 ** 31 - 1, 7]).astype(dtype),)]
     _assert_like_numpy(lambda x: hb.sum(x, axis=axis), lambda x: np.sum(x, axis=axis), instances)
+
+
+def _raises_at_the_call(fn, instance, error=hb.ShapeError, match=None):
+    """fn raises `error` where it is called, in every mode (not later, at a flush)."""
+    for mode in MODES:
+        if mode == "eager":
+            with pytest.raises(error, match=match):
+                fn(*[hb.array(a) for a in instance])
+            continue
+        block = _Fn(fn)
+        with hb.batching(granularity=mode):
+            with pytest.raises(error, match=match):
+                block(*instance)
+
+
+BOOLS = (np.array([True, False, True]),)
+
+
+@pytest.mark.parametrize("fn", [lambda x: -x, lambda x: x + 1, lambda x: 2 * x, lambda x: 1 - x, lambda x: x - x],
+                         ids=["neg", "plus_one", "times_two", "one_minus", "sub"])
+def test_bool_arithmetic_numpy_promotes_or_refuses_raises_at_the_call(fn):
+    """-x of a bool was x itself and x + 1 was True (numpy: an error, and 2); x - x failed at
+    the flush inside numpy."""
+    _raises_at_the_call(fn, BOOLS, match="bool")
+
+
+def test_bool_ops_numpy_keeps_as_bool_agree():
+    _assert_like_numpy(lambda x: x + x * x, lambda x: x + x * x, [BOOLS, (~BOOLS[0],)])

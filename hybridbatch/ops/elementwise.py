@@ -3,7 +3,7 @@
 Binary ops broadcast per instance like numpy (a bias vector against a matrix); `expand`
 keeps the batch axis first so per-instance broadcasting still lines up after stacking.
 """
-from .registry import Op, register, expand, unbroadcast, broadcast_shape, check, check_float
+from .registry import Op, register, expand, unbroadcast, broadcast_shape, check, check_float, check_not_bool
 
 
 class _Unary(Op):
@@ -87,6 +87,7 @@ class ScalarAffine(_Unary):
     name = "scalar_affine"
 
     def infer(self, attrs, shapes, dtypes):
+        check_not_bool(self.name, shapes, dtypes)
         if not all(float(v).is_integer() for v in attrs):    # x * 0.5, x / 2, x + 0.5
             check_float(self.name, shapes, dtypes)
         return shapes[0], dtypes[0]
@@ -135,6 +136,10 @@ class Add(_Binary):
 class Sub(_Binary):
     name = "sub"
     f = staticmethod(lambda a, b: a - b)
+
+    def infer(self, attrs, shapes, dtypes):
+        check_not_bool(self.name, shapes, dtypes)
+        return super().infer(attrs, shapes, dtypes)
 
     def df(self, a, b, gy, needs):
         return gy, (-gy if needs[1] else None)

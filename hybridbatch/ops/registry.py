@@ -128,6 +128,13 @@ def check_float(op_name, shapes, dtypes):
         check(d.kind == "f", op_name, shapes, f"needs floating-point operands, not {d}")
 
 
+def check_not_bool(op_name, shapes, dtypes):
+    """ShapeError for bool operands of arithmetic numpy refuses (-x, x - y) or promotes to
+    int64 (x + 1): in a bool dtype it would give True where numpy gives an error or 2."""
+    for d in dtypes:
+        check(d.kind != "b", op_name, shapes, "needs numbers, not bool values (cast them first)")
+
+
 def broadcast_shape(op_name, shapes):
     """numpy's broadcast of per-instance shapes, or a ShapeError naming them all."""
     ndim = max(len(s) for s in shapes)
