@@ -113,11 +113,11 @@ class Parameter:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.pid = next(_ids)
-        self.grad_req = grad_req      # validated by the property below
         rng = rng if rng is not None else np.random.default_rng(self.pid)
         self._data = backend.xp().asarray(initializer(init)(self.shape, self.dtype, rng))
         self._grad = backend.xp().zeros(self.shape, self.dtype)
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
+        self.grad_req = grad_req      # validated by the property below
         _live[self.pid] = self
 
     @property
@@ -129,6 +129,8 @@ class Parameter:
     def grad_req(self, value):
         if value not in GRAD_REQS:      # a typo ("nul") would otherwise train the parameter
             raise ValueError(f"parameter {self.name!r}: grad_req must be one of {GRAD_REQS}, not {value!r}")
+        if value == "null":             # a gradient kept from before would be applied after unfreezing
+            self.zero_grad()
         self._grad_req = value
 
     @property

@@ -42,3 +42,21 @@ def test_reading_a_value_inside_a_traced_forward_is_refused():
     block.hybridize()
     with pytest.raises(hb.ScopeError, match="traced"):
         block(np.ones(2, np.float32))
+
+
+def test_freezing_a_parameter_discards_its_gradient():
+    """A gradient left from before freezing must not be applied at the first step after
+    unfreezing: a frozen parameter keeps no gradient."""
+    w = hb.Parameter("w", (2,), init=1.0)
+    x = np.array([2.0, 3.0], np.float32)
+    trainer = hb.Trainer([w], "sgd", {"learning_rate": 1.0})
+    hb.sum(w * x).backward()
+    w.grad_req = "null"
+    assert not w.grad.any()
+    trainer.step(1)
+    np.testing.assert_array_equal(w.data, [1.0, 1.0])
+    w.grad_req = "write"
+    with hb.batching():
+        hb.sum(w * x).backward()
+    trainer.step(1)
+    np.testing.assert_allclose(w.data, 1.0 - x)
