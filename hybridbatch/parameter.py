@@ -10,6 +10,7 @@ import weakref
 import numpy as np
 
 from . import backend
+from .errors import HybridBatchError
 from .kernels.scatter import add_outer, scatter_add_rows
 
 _ids = itertools.count()
@@ -19,8 +20,14 @@ _live = weakref.WeakValueDictionary()
 
 
 def by_id(pid: int) -> "Parameter":
-    """The live Parameter with this id (signatures refer to parameters by id)."""
-    return _live[pid]
+    """The live Parameter with this id (signatures refer to parameters by id). A traced block
+    program refers to its parameters by id only, so one replaced after tracing may be gone."""
+    try:
+        return _live[pid]
+    except KeyError:
+        raise HybridBatchError(f"parameter #{pid} no longer exists but a traced block still uses it: was a "
+                               f"Parameter of a hybridized block replaced after its first call? Assign "
+                               f"parameters before the first call, or make a new block") from None
 
 
 def _fan(shape):
