@@ -72,3 +72,10 @@ def test_bool_arithmetic_numpy_promotes_or_refuses_raises_at_the_call(fn):
 
 def test_bool_ops_numpy_keeps_as_bool_agree():
     _assert_like_numpy(lambda x: x + x * x, lambda x: x + x * x, [BOOLS, (~BOOLS[0],)])
+
+
+@pytest.mark.parametrize("fn", [lambda x: x + 200, lambda x: x * 1000, lambda x: x - 129],
+                         ids=["add", "mul", "sub"])
+def test_integer_scalar_out_of_the_dtypes_range_raises_at_the_call(fn):
+    """numpy refuses int8 + 200 (OverflowError); the batch used to fail at the flush."""
+    _raises_at_the_call(fn, (np.array([1, 2], np.int8),), match="int8")

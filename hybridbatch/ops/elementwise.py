@@ -3,6 +3,8 @@
 Binary ops broadcast per instance like numpy (a bias vector against a matrix); `expand`
 keeps the batch axis first so per-instance broadcasting still lines up after stacking.
 """
+import numpy as np
+
 from .registry import Op, register, expand, unbroadcast, broadcast_shape, check, check_float, check_not_bool
 
 
@@ -90,6 +92,10 @@ class ScalarAffine(_Unary):
         check_not_bool(self.name, shapes, dtypes)
         if not all(float(v).is_integer() for v in attrs):    # x * 0.5, x / 2, x + 0.5
             check_float(self.name, shapes, dtypes)
+        elif dtypes[0].kind in "iu":    # as numpy refuses int8 + 200; the kernel would fail at the flush
+            info = np.iinfo(dtypes[0])
+            check(all(info.min <= v <= info.max for v in attrs), self.name, shapes,
+                  f"y = {attrs[0]:g} * x + {attrs[1]:g} needs scalars that fit in {dtypes[0]}")
         return shapes[0], dtypes[0]
 
     def f(self, xp, x, attrs):
