@@ -121,7 +121,11 @@ class Parameter:
         self.dtype = np.dtype(dtype)
         self.pid = next(_ids)
         rng = rng if rng is not None else np.random.default_rng(self.pid)
-        self._data = backend.xp().asarray(initializer(init)(self.shape, self.dtype, rng))
+        value = initializer(init)(self.shape, self.dtype, rng)
+        if np.shape(value) != self.shape:       # a wrong shape would broadcast silently in ops
+            raise ValueError(f"parameter {name!r}: initializer {init!r} made shape {np.shape(value)}, "
+                             f"not {self.shape}")
+        self._data = backend.xp().asarray(value, dtype=self.dtype)
         self._grad = backend.xp().zeros(self.shape, self.dtype)
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
         self.grad_req = grad_req      # validated by the property below

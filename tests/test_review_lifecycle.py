@@ -79,3 +79,19 @@ def test_a_traced_block_whose_parameter_was_dropped_names_the_cause(mode):
         else:
             with hb.batching(granularity=mode):
                 dense(x)
+
+
+def test_an_initializer_must_make_the_parameters_shape_and_dtype():
+    """A (1,) bias would broadcast silently in every op; a float64 one would disagree with
+    the float32 its signatures promise."""
+    class Made(hb.parameter.Initializer):
+        def __init__(self, shape):
+            self.shape = shape
+
+        def __call__(self, shape, dtype, rng):
+            return np.full(self.shape, 0.5, np.float64)
+
+    with pytest.raises(ValueError, match=r"'b'.*shape \(1,\).*\(3,\)"):
+        hb.Parameter("b", (3,), init=Made((1,)))
+    b = hb.Parameter("b", (3,), init=Made((3,)))
+    assert b.data.dtype == np.float32 and b.data.shape == (3,)
