@@ -79,3 +79,9 @@ def test_bool_ops_numpy_keeps_as_bool_agree():
 def test_integer_scalar_out_of_the_dtypes_range_raises_at_the_call(fn):
     """numpy refuses int8 + 200 (OverflowError); the batch used to fail at the flush."""
     _raises_at_the_call(fn, (np.array([1, 2], np.int8),), match="int8")
+
+
+def test_relu_keeps_its_operands_dtype_in_every_mode():
+    """Eager relu of bools returned int64 while a batch wrote bools into its arena."""
+    _assert_like_numpy(hb.relu, lambda x: x, [BOOLS])
+    _assert_like_numpy(hb.relu, lambda x: np.maximum(x, np.int8(0)), [(np.array([-3, 0, 5], np.int8),)])

@@ -55,7 +55,7 @@ class Relu(_Unary):
     float_only = False
 
     def f(self, xp, x, attrs):
-        return xp.maximum(x, 0)
+        return xp.maximum(x, x.dtype.type(0))   # a zero of x's dtype: bools stay bools (0 made int64)
 
     def df(self, xp, x, y, gy, attrs):
         return gy * (y > 0)
