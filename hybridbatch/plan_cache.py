@@ -4,6 +4,7 @@ inference) reuses its schedule instead of running the policy.
 Keys are exact (the bytes of the signature and edge arrays, plus the policy), so two
 different structures never share an entry; the dict hashes them, equality decides.
 """
+import numbers
 from collections import OrderedDict
 
 from .schedule import POLICIES
@@ -31,7 +32,11 @@ class ScheduleCache:
 
     def resize(self, capacity):
         """Keep at most `capacity` schedules (0 turns caching off)."""
-        self.capacity = capacity
+        if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral):
+            raise TypeError(f"the plan cache size is a number of schedules, not {capacity!r}")
+        if capacity < 0:
+            raise ValueError(f"the plan cache size must be 0 (off) or more, not {capacity}")
+        self.capacity = int(capacity)
         while len(self._entries) > capacity:
             self._entries.popitem(last=False)
 
@@ -64,4 +69,4 @@ CACHE = ScheduleCache()
 
 def set_plan_cache_size(capacity: int) -> None:
     """How many schedules the process keeps for reuse (default 32; 0 disables)."""
-    CACHE.resize(int(capacity))
+    CACHE.resize(capacity)

@@ -95,3 +95,12 @@ def test_an_initializer_must_make_the_parameters_shape_and_dtype():
         hb.Parameter("b", (3,), init=Made((1,)))
     b = hb.Parameter("b", (3,), init=Made((3,)))
     assert b.data.dtype == np.float32 and b.data.shape == (3,)
+
+
+@pytest.mark.parametrize("bad, error", [(-1, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_plan_cache_size_must_be_a_count(bad, error):
+    from hybridbatch.plan_cache import CACHE
+    before = CACHE.capacity
+    with pytest.raises(error, match="plan cache size"):
+        hb.set_plan_cache_size(bad)
+    assert CACHE.capacity == before
