@@ -104,3 +104,17 @@ def test_plan_cache_size_must_be_a_count(bad, error):
     with pytest.raises(error, match="plan cache size"):
         hb.set_plan_cache_size(bad)
     assert CACHE.capacity == before
+
+
+def test_iterating_a_future_follows_numpy():
+    """Iteration fell back to __getitem__, which stops at the first IndexError: a 0-d
+    value iterated as empty, so sum(loss) was silently 0."""
+    v = np.arange(3, dtype=np.float32)
+    with hb.batching():
+        rows = list(hb.array(v) * 2.0)
+        loss = hb.sum(hb.array(v))
+        with pytest.raises(TypeError, match="0-d"):
+            iter(loss)
+        with pytest.raises(TypeError, match="0-d"):
+            sum(loss)
+    np.testing.assert_array_equal([r.item() for r in rows], v * 2.0)
