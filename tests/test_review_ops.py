@@ -85,3 +85,28 @@ def test_relu_keeps_its_operands_dtype_in_every_mode():
     """Eager relu of bools returned int64 while a batch wrote bools into its arena."""
     _assert_like_numpy(hb.relu, lambda x: x, [BOOLS])
     _assert_like_numpy(hb.relu, lambda x: np.maximum(x, np.int8(0)), [(np.array([-3, 0, 5], np.int8),)])
+
+
+def test_picked_softmax_loss_of_float16_logits_runs_in_every_mode():
+    """The numba kernel has no float16: a batch failed with NotImplementedError at the flush."""
+    x = np.array([1.0, 2.0, 3.5], np.float16)
+    ref = -(x - np.log(np.exp(x.astype(np.float64)).sum()))[1]
+    for mode in MODES:
+        (got,) = _values(lambda v: hb.pick_neg_log_softmax(v, 1), [(x,)], mode)
+        assert got.dtype == np.float16, mode
+        np.testing.assert_allclose(got, ref, rtol=1e-3, err_msg=mode)
+
+
+def test_picked_softmax_loss_gradient_of_float16_logits():
+    W = hb.Parameter("W", (3,), init=1.0, dtype=np.float16)
+    x = np.array([1.0, 2.0, 3.5], np.float16)
+    p = np.exp(x.astype(np.float64)) / np.exp(x.astype(np.float64)).sum()
+    for mode in ("eager", "op"):
+        W.zero_grad()
+        if mode == "eager":
+            hb.pick_neg_log_softmax(W * x, 1).backward()
+        else:
+            with hb.batching(granularity=mode):
+                loss = hb.pick_neg_log_softmax(W * x, 1)
+            loss.backward()
+        np.testing.assert_allclose(W.grad, (p - np.eye(3)[1]) * x, rtol=1e-2, atol=1e-3, err_msg=mode)

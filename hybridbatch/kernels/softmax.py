@@ -41,15 +41,23 @@ def _backward(x, labels, gy, g):
         g[b, labels[b]] -= gy[b]
 
 
+def _computable(x, dtype):
+    """x contiguous in a dtype numba computes in: float16 has no numba type, so it is widened
+    to float32 (the results are rounded back to float16)."""
+    return np.ascontiguousarray(x, dtype if dtype in (np.float32, np.float64) else np.float32)
+
+
 def pick_neg_log_softmax(x, labels):
     """(B,) losses of the (B, n) logits x at labels (B,)."""
-    out = np.empty(x.shape[0], x.dtype)
-    _forward(np.ascontiguousarray(x), labels, out)
-    return out
+    xc = _computable(x, x.dtype)
+    out = np.empty(x.shape[0], xc.dtype)
+    _forward(xc, labels, out)
+    return out.astype(x.dtype, copy=False)
 
 
 def pick_neg_log_softmax_grad(x, labels, gy):
     """d loss / d x, (B, n), for the output gradient gy (B,)."""
-    g = np.empty(x.shape, x.dtype)
-    _backward(np.ascontiguousarray(x), labels, np.ascontiguousarray(gy), g)
-    return g
+    xc = _computable(x, x.dtype)
+    g = np.empty(x.shape, xc.dtype)
+    _backward(xc, labels, _computable(gy, xc.dtype), g)
+    return g.astype(x.dtype, copy=False)
