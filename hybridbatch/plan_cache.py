@@ -1,8 +1,10 @@
 """The structure-keyed schedule cache: an identical graph (same minibatch again, repeated
 inference) reuses its schedule instead of running the policy.
 
-Keys are exact (the bytes of the signature and edge arrays, plus the policy), so two
-different structures never share an entry; the dict hashes them, equality decides.
+Keys are exact (the bytes of the signature, depth and edge arrays, plus the policy), so two
+different structures never share an entry; the dict hashes them, equality decides. Depth is
+part of the key because a later flush's structure can repeat while its operands from earlier
+flushes sit at other depths, which depth-driven policies schedule differently.
 """
 import numbers
 from collections import OrderedDict
@@ -52,7 +54,7 @@ class ScheduleCache:
         if self.capacity <= 0 or not getattr(policy, "cacheable", True):
             order, bptr = run_policy(policy, view)
             return order, bptr, False
-        key = (policy, global_sig.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
+        key = (policy, global_sig.tobytes(), view.depth.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)

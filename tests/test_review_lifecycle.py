@@ -118,3 +118,27 @@ def test_iterating_a_future_follows_numpy():
         with pytest.raises(TypeError, match="0-d"):
             sum(loss)
     np.testing.assert_array_equal([r.item() for r in rows], v * 2.0)
+
+
+def test_a_cached_schedule_is_reused_only_for_the_same_depths():
+    """A flush's local structure can repeat while the depths of its operands from earlier
+    flushes differ; depth-driven policies schedule those differently, so the cached
+    schedule of one is not the policy's schedule of the other."""
+    W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(0))
+    x = np.ones(3, np.float32)
+
+    def second_flush(deep):
+        with hb.batching(policy="depth") as scope:
+            a = hb.tanh(W @ x)
+            b = hb.tanh(W @ x)
+            for _ in range(deep):
+                b = hb.tanh(W @ b)
+            b.asnumpy()
+            hb.sigmoid(a), hb.sigmoid(b)       # the same two nodes after either chain
+        return scope.plans[-1]
+
+    hb.set_plan_cache_size(32)
+    second_flush(3)
+    shallow = second_flush(0)
+    assert shallow.n_batches == 1              # both sigmoids at depth 3: one batch
+    assert second_flush(0).cache_hit           # the same depths again: reused
