@@ -110,3 +110,9 @@ def test_picked_softmax_loss_gradient_of_float16_logits():
                 loss = hb.pick_neg_log_softmax(W * x, 1)
             loss.backward()
         np.testing.assert_allclose(W.grad, (p - np.eye(3)[1]) * x, rtol=1e-2, atol=1e-3, err_msg=mode)
+
+
+@pytest.mark.parametrize("key", [True, False, (0, True)], ids=["true", "false", "int_true"])
+def test_bool_index_raises_at_the_call(key):
+    """x[True] read row 1 (a bool is an int); numpy reads a bool index as a mask, adding an axis."""
+    _raises_at_the_call(lambda x: x[key], (np.arange(6, dtype=np.float32).reshape(2, 3),), TypeError, "bool")

@@ -95,7 +95,7 @@ def normalize_index(key, shape):
             # a backward slice that runs to the front resolves to stop -1, which slice()
             # would read as "the last element" (x[::-1] empty): None means "past the front"
             out.append(("s", start, None if stop < 0 else stop, step))
-        elif isinstance(k, (int, np.integer)):
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):   # numpy: a bool is a mask
             k = int(k)
             if not -n <= k < n:
                 raise IndexError(f"index {k} out of range for an axis of length {n} (shape {shape})")
