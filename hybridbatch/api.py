@@ -1,4 +1,6 @@
 """The op functions users call. Each records a node inside a scope, or runs eagerly outside."""
+import operator
+
 import numpy as np
 
 from .eager import Tensor, constant as _eager_constant, apply as _eager_apply
@@ -32,9 +34,21 @@ def shape_of(x):
     return tuple(np.shape(x)) if not hasattr(x, "shape") else tuple(x.shape)
 
 
+def _int(what, v):
+    """v as an int, or a TypeError as numpy raises: int() would read 3.5 as 3, and a bool is
+    an int to Python (True as 1)."""
+    if isinstance(v, bool):
+        raise TypeError(f"{what} must be an integer, not bool")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+
+
 def _axis(op_name, axis, x):
     """`axis` of x's per-instance value made non-negative, or a ValueError: wrapping an
     out-of-range axis around (axis % ndim) would silently work on another axis."""
+    axis = _int(f"{op_name} axis", axis)
     ndim = len(shape_of(x))
     if not -ndim <= axis < ndim:
         raise ValueError(f"{op_name} axis {axis} out of range for {ndim}-D operands")
@@ -142,7 +156,7 @@ def split(x, sections, axis=0):
 
 
 def reshape(x, shape):
-    return apply(S.Reshape, (x,), tuple(int(s) for s in shape))
+    return apply(S.Reshape, (x,), tuple(_int("reshape's shape", s) for s in shape))
 
 
 def sum(x, axis=None):  # noqa: A001 - the public spelling is hb.sum

@@ -116,3 +116,11 @@ def test_picked_softmax_loss_gradient_of_float16_logits():
 def test_bool_index_raises_at_the_call(key):
     """x[True] read row 1 (a bool is an int); numpy reads a bool index as a mask, adding an axis."""
     _raises_at_the_call(lambda x: x[key], (np.arange(6, dtype=np.float32).reshape(2, 3),), TypeError, "bool")
+
+
+@pytest.mark.parametrize("fn", [lambda x: hb.reshape(x, (3.5, 2)), lambda x: hb.sum(x, axis=True),
+                                lambda x: hb.concat([x, x], axis=True), lambda x: hb.split(x, 3, axis=True)],
+                         ids=["reshape_float", "sum_bool_axis", "concat_bool_axis", "split_bool_axis"])
+def test_non_integer_shape_or_axis_raises_at_the_call(fn):
+    """int() made a (3.5, 2) shape (3, 2), and a bool axis True axis 1; numpy refuses both."""
+    _raises_at_the_call(fn, (np.arange(6, dtype=np.float32).reshape(2, 3),), TypeError)
