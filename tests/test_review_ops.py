@@ -124,3 +124,28 @@ def test_bool_index_raises_at_the_call(key):
 def test_non_integer_shape_or_axis_raises_at_the_call(fn):
     """int() made a (3.5, 2) shape (3, 2), and a bool axis True axis 1; numpy refuses both."""
     _raises_at_the_call(fn, (np.arange(6, dtype=np.float32).reshape(2, 3),), TypeError)
+
+
+def test_float16_parameter_gradients_in_every_mode():
+    """The numba row scatter-add and outer-product kernels have no float16: eager backward of
+    a float16 weight times a vector, and lookups from a float16 table, failed inside numba."""
+    W = hb.Parameter("W", (3, 4), init="uniform", dtype=np.float16, rng=np.random.default_rng(0))
+    E = hb.Parameter("E", (5, 4), init="uniform", dtype=np.float16, rng=np.random.default_rng(1))
+    rows = [0, 2, 2]
+    want_W = np.outer(np.ones(3), E.data[rows].astype(np.float64).sum(axis=0))
+    want_E = np.zeros((5, 4))
+    for r in rows:
+        want_E[r] += W.data.astype(np.float64).sum(axis=0)
+    for mode in MODES:
+        W.zero_grad()
+        E.zero_grad()
+        block = _Fn(lambda i: hb.sum(W @ hb.lookup(E, i)))
+        if mode == "eager":
+            for r in rows:
+                block(r).backward()
+        else:
+            with hb.batching(granularity=mode):
+                total = hb.add_n([block(r) for r in rows])
+            total.backward()
+        np.testing.assert_allclose(W.grad, want_W, rtol=1e-2, atol=1e-2, err_msg=mode)
+        np.testing.assert_allclose(E.grad, want_E, rtol=1e-2, atol=1e-2, err_msg=mode)

@@ -4,6 +4,11 @@ import numpy as np
 from numba import njit
 
 
+def _compiled(dst):
+    """Whether the numba kernels take dst's dtype: numba has no float16 (numpy does it)."""
+    return dst.dtype != np.float16
+
+
 @njit(cache=True)
 def _scatter_add_2d(dst, rows, src):
     width = dst.shape[1]
@@ -18,6 +23,9 @@ def scatter_add_rows(dst, rows, src):
     if not isinstance(dst, np.ndarray):     # cupy: its own atomic scatter-add
         import cupyx
         cupyx.scatter_add(dst, rows, src)
+        return
+    if not _compiled(dst):
+        np.add.at(dst, np.asarray(rows, np.int64), src)
         return
     d2 = dst.reshape(dst.shape[0], -1)
     s2 = np.ascontiguousarray(src).reshape(len(rows), -1)
@@ -37,7 +45,7 @@ def _add_outer(dst, left, right):
 
 def add_outer(dst, left, right):
     """dst += left^T @ right, in place, for a handful of rows (one instance's outer product)."""
-    if not isinstance(dst, np.ndarray) or left.shape[0] > 4:
+    if not isinstance(dst, np.ndarray) or left.shape[0] > 4 or not _compiled(dst):
         dst += left.T @ right
         return
     _add_outer(dst, np.ascontiguousarray(left, dst.dtype), np.ascontiguousarray(right, dst.dtype))
