@@ -149,3 +149,29 @@ def test_float16_parameter_gradients_in_every_mode():
             total.backward()
         np.testing.assert_allclose(W.grad, want_W, rtol=1e-2, atol=1e-2, err_msg=mode)
         np.testing.assert_allclose(E.grad, want_E, rtol=1e-2, atol=1e-2, err_msg=mode)
+
+
+@pytest.mark.parametrize("c", [float("inf"), float("-inf"), float("nan")])
+def test_fused_run_with_a_non_finite_python_scalar(c):
+    """The fused kernel's source spelled the scalar with repr: `F(inf)` named nothing, and
+    numba failed to compile the block at the flush."""
+    from hybridbatch.kernels.fused import FusedRun
+    W = hb.Parameter("W", (3,), init=0.5)
+    block = _Fn(lambda x: hb.sum(hb.tanh(x * W * c + 1.0) + hb.sigmoid(x - c)))
+    xs = [np.array([0.0, -1.0, 2.0], np.float32), np.array([3.0, 0.5, -0.25], np.float32)]
+    results = []
+    for mode in MODES:
+        W.zero_grad()
+        if mode == "eager":
+            losses = [block(x) for x in xs]
+            total = hb.add_n(losses)
+        else:
+            with hb.batching(granularity=mode):
+                losses = [block(x) for x in xs]
+                total = hb.add_n(losses)
+        total.backward()
+        results.append(([loss.asnumpy() for loss in losses], W.grad.copy()))
+    assert any(isinstance(u, FusedRun) for p in block._programs.values() for u in p._units or ())
+    for values, grad in results[1:]:
+        np.testing.assert_allclose(values, results[0][0], rtol=1e-5, equal_nan=True)
+        np.testing.assert_allclose(grad, results[0][1], rtol=1e-5, equal_nan=True)

@@ -13,6 +13,7 @@ compiling it.
 """
 import hashlib
 import importlib.util
+import math
 import os
 import pathlib
 import sys
@@ -132,8 +133,8 @@ def build_run(steps, n, used_later, biases=None):
             continue
         xs = [operand(r, p) for r, p in zip(refs, sig.params)]
         if name == "scalar_affine":
-            a, c = sig.attrs
-            expr, derivs = f"{xs[0]} * F({a!r}) + F({c!r})", [f"F({a!r})"]
+            a, c = (_literal(v) for v in sig.attrs)
+            expr, derivs = f"{xs[0]} * {a} + {c}", [a]
         elif name in UNARY:
             expr, derivs = UNARY[name]
         else:
@@ -178,6 +179,14 @@ def build_run(steps, n, used_later, biases=None):
     header = _HEADER.format(dtype=steps[-1][1].out_dtype.name)
     source = "\n".join([header, _TANH, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
     return FusedRun(n, inputs, outputs, source)
+
+
+def _literal(v):
+    """A Python scalar as a literal of the run's dtype: repr spells inf and nan as names the
+    kernel's module does not define."""
+    if math.isfinite(v):
+        return f"F({v!r})"
+    return "F(np.nan)" if math.isnan(v) else f"F({'-' if v < 0 else ''}np.inf)"
 
 
 _loaded = {}
