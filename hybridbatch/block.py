@@ -6,6 +6,8 @@ hybridized block is then ONE graph node and a batch of such calls runs the trace
 once on the stacked inputs; at op granularity the program is replayed op by op so primitive
 ops batch across block boundaries; eagerly it is replayed for one instance.
 """
+import weakref
+
 import numpy as np
 
 from . import eager, scope as _scope
@@ -16,8 +18,22 @@ from .parameter_dict import ParameterDict
 from .trace import INT, trace
 
 
+_traced = weakref.WeakSet()      # HybridBlocks holding traced programs
+
+
+def _forget_traces():
+    """Drop every traced program, to be retraced at its block's next call. A trace bakes in
+    what forward read from its block: child blocks, Parameters, flags its Python control
+    flow tested; and a parent's trace inlines its children's. So any block attribute
+    assigned after tracing may have changed what every trace computes."""
+    for block in list(_traced):
+        block._programs.clear()
+    _traced.clear()
+
+
 class Block:
-    """Base of every model piece. Assigning a Parameter or a Block to an attribute registers it."""
+    """Base of every model piece. Assigning a Parameter or a Block to an attribute registers
+    it; assigning any attribute drops the traced programs (see _forget_traces)."""
 
     def __init__(self):
         object.__setattr__(self, "_children", {})
@@ -34,6 +50,8 @@ class Block:
         elif isinstance(value, Parameter):
             self._params[name] = value
         object.__setattr__(self, name, value)
+        if _traced:
+            _forget_traces()
 
     def forward(self, *args):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
@@ -108,7 +126,9 @@ class HybridBlock(Block):
         object.__setattr__(self, "auto_inline", False)   # granularity="auto"'s choice for this block
 
     def hybridize(self, active=True):
+        """Trace forward (again) at the next call, as Gluon's hybridize() does."""
         object.__setattr__(self, "_active", active)
+        _forget_traces()
         super().hybridize(active)
 
     def __call__(self, *args):
@@ -172,6 +192,7 @@ class HybridBlock(Block):
         finally:
             _scope.end_tracing(tracer)
         program.owner = self
+        _traced.add(self)
         return program
 
 

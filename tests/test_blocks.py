@@ -370,3 +370,44 @@ def test_a_trainer_over_collect_params_updates_a_tied_weight_once():
     net.a.weight.grad = np.ones((3, 4), np.float32)
     trainer.step(1)
     np.testing.assert_array_equal(net.a.weight.data, before - 0.5)    # one update, not two
+
+
+def _call_in_mode(block, x, mode):
+    """block(x) as numpy, eagerly or recorded at a granularity."""
+    if mode == "eager":
+        return block(x).asnumpy()
+    with hb.batching(granularity=mode):
+        y = block(x)
+    return y.asnumpy()
+
+
+@pytest.mark.parametrize("mode", ["eager", "op", "block"])
+def test_assigning_a_block_attribute_retraces_what_read_it(mode):
+    """A trace bakes in what forward read: a replaced Parameter, a changed flag and a
+    child's new weight must all show at the next call, not the trace from before."""
+    x = np.array([1.0, -2.0], np.float32)
+    d = nn.Dense(3, 2, seed=0)
+    d.hybridize()
+    _call_in_mode(d, x, mode)
+    d.weight = hb.Parameter("weight", (3, 2), init="zeros")
+    np.testing.assert_array_equal(_call_in_mode(d, x, mode), np.zeros(3, np.float32))
+
+    d = nn.Dense(3, 2, seed=0)
+    d.hybridize()
+    before = _call_in_mode(d, -x, mode)
+    d.activation = "relu"
+    np.testing.assert_allclose(_call_in_mode(d, -x, mode), np.maximum(before, 0), rtol=1e-6)
+
+    class Outer(hb.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Dense(3, 2, seed=1)
+
+        def forward(self, v):
+            return self.inner(v) * 2.0
+
+    outer = Outer()
+    outer.hybridize()
+    _call_in_mode(outer, x, mode)
+    outer.inner.weight = hb.Parameter("weight", (3, 2), init="zeros")
+    np.testing.assert_array_equal(_call_in_mode(outer, x, mode), np.zeros(3, np.float32))

@@ -62,25 +62,6 @@ def test_freezing_a_parameter_discards_its_gradient():
     np.testing.assert_allclose(w.data, 1.0 - x)
 
 
-@pytest.mark.parametrize("mode", ["eager", "op", "block"])
-def test_a_traced_block_whose_parameter_was_dropped_names_the_cause(mode):
-    """The traced program names its parameters by id; once the replaced one is gone, a
-    call must say so rather than fail with a bare KeyError inside the program."""
-    import gc
-    dense = hb.nn.Dense(3, 2, seed=0)
-    dense.hybridize()
-    x = np.ones(2, np.float32)
-    dense(x)
-    dense.weight = hb.Parameter("weight", (3, 2), init="zeros")
-    gc.collect()
-    with pytest.raises(hb.HybridBatchError, match="no longer exists.*replaced"):
-        if mode == "eager":
-            dense(x)
-        else:
-            with hb.batching(granularity=mode):
-                dense(x)
-
-
 def test_an_initializer_must_make_the_parameters_shape_and_dtype():
     """A (1,) bias would broadcast silently in every op; a float64 one would disagree with
     the float32 its signatures promise."""
