@@ -175,3 +175,25 @@ def test_fused_run_with_a_non_finite_python_scalar(c):
     for values, grad in results[1:]:
         np.testing.assert_allclose(values, results[0][0], rtol=1e-5, equal_nan=True)
         np.testing.assert_allclose(grad, results[0][1], rtol=1e-5, equal_nan=True)
+
+
+def test_fused_division_gradient_does_not_square_the_divisor():
+    """The fused kernel took d(a/b)/db as -a / (b * b): b * b underflowed to 0 (b = 1e-25) or
+    overflowed (b = 1e20) in float32, giving -inf or 0 where eager's -(g / b) * a / b is finite."""
+    W = hb.Parameter("W", (3,), init=1.0)
+    block = _Fn(lambda a, b: hb.sum(hb.tanh(a / (b * W) * 1e-20) * 2.0))
+    a = np.array([1e-30, 1e30, 3.0], np.float32)
+    b = np.array([1e-25, 1e20, 7.0], np.float32)
+    grads = []
+    for mode in MODES:
+        W.zero_grad()
+        if mode == "eager":
+            block(a, b).backward()
+        else:
+            with hb.batching(granularity=mode):
+                loss = block(a, b)
+            loss.backward()
+        grads.append(W.grad.copy())
+    assert np.isfinite(grads[0]).all()
+    for g in grads[1:]:
+        np.testing.assert_allclose(g, grads[0], rtol=1e-5)

@@ -34,7 +34,8 @@ BINARY = {
     "add": ("{x0} + {x1}", ["F(1.0)", "F(1.0)"]),
     "sub": ("{x0} - {x1}", ["F(1.0)", "F(-1.0)"]),
     "mul": ("{x0} * {x1}", ["{x1}", "{x0}"]),
-    "div": ("{x0} / {x1}", ["(F(1.0) / {x1})", "(-{x0} / ({x1} * {x1}))"]),
+    # -(x0 / x1) / x1, not -x0 / (x1 * x1): the square under- or overflows float32 (x1 = 1e-25)
+    "div": ("{x0} / {x1}", ["(F(1.0) / {x1})", "(-{t} / {x1})"]),
 }
 FUSABLE = set(UNARY) | set(BINARY) | {"scalar_affine", "slice"}
 
