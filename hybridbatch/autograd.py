@@ -150,14 +150,14 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             else:
                 gxs = op.backward(xp, sig, xs, batch_aux(plan, b, op), ys[0], gys[0], needs, **extra)
             k = g0
-            for pid, need, gx in zip(sig.params, needs, gxs):
+            for j, (pid, need, gx) in enumerate(zip(sig.params, needs, gxs)):
                 if pid is not None:
                     if need:
                         accumulate_param(pid, gx)
                     continue
                 if need:
                     if numerics is not None:
-                        numerics.check(gx, f"operand {k - g0}")
+                        numerics.check(gx, f"operand {j}")     # counting shared parameters too
                     grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
                     if plan.g_kind[k] == 2:
                         p = plan.g_off[k]

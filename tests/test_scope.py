@@ -309,3 +309,17 @@ def test_check_numerics_points_inside_a_block_at_block_granularity():
     message = str(info.value)
     assert message.startswith("block:Cell produced NaN/inf (inside the block: first at log, ")
     assert f"test_scope.py:{line})" in message
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # the overflow is the point
+def test_check_numerics_counts_a_shared_parameter_among_the_operands():
+    """W @ x with x = 0: forward is 0, but x's gradient W^T (2, 2, 2) overflows. x is the
+    matmul's operand 1 (W, shared, is operand 0), and the error must say so."""
+    W = hb.Parameter("W", (3, 3), init=3e38)
+    x = np.zeros(3, np.float32)
+    with hb.batching(check_numerics=True, granularity="op"):
+        hs = [hb.tanh(x) for _ in range(2)]
+        loss = hb.add_n([hb.sum(W @ h) * 2.0 for h in hs])
+        assert np.isfinite(loss.asnumpy())
+        with pytest.raises(hb.NumericsError, match=r"matmul.*operand 1"):
+            loss.backward()
