@@ -24,4 +24,13 @@ def install(cls, api):
     cls.__rmatmul__ = reflected(api.matmul)
     cls.__neg__ = lambda self: api.mul(self, -1.0)
     cls.__getitem__ = lambda self, key: api.slice(self, key)
+    cls.__iter__ = _iterate
     cls.__array_priority__ = 1000   # ndarray op handle -> our reflected operator
+
+
+def _iterate(value):
+    """The values along the first axis, as numpy iterates. Without it Python's fallback
+    (x[0], x[1], ... until IndexError) made a loop over a 0-d value silently empty."""
+    if not value.shape:
+        raise TypeError("iteration over a 0-d value")
+    return (value[i] for i in range(value.shape[0]))

@@ -197,3 +197,10 @@ def test_fused_division_gradient_does_not_square_the_divisor():
     assert np.isfinite(grads[0]).all()
     for g in grads[1:]:
         np.testing.assert_allclose(g, grads[0], rtol=1e-5)
+
+
+def test_iterating_a_0d_value_raises_and_a_vector_yields_its_elements():
+    """The __getitem__ protocol made iter() of a 0-d value an empty loop (x[0] raises
+    IndexError at once), where numpy raises TypeError."""
+    _raises_at_the_call(lambda x: list(x), (np.float32(2.0),), TypeError, "0-d")
+    _assert_like_numpy(lambda x: hb.add_n(list(x)), lambda x: x.sum(), [(np.arange(3, dtype=np.float32),)])
