@@ -204,3 +204,12 @@ def test_iterating_a_0d_value_raises_and_a_vector_yields_its_elements():
     IndexError at once), where numpy raises TypeError."""
     _raises_at_the_call(lambda x: list(x), (np.float32(2.0),), TypeError, "0-d")
     _assert_like_numpy(lambda x: hb.add_n(list(x)), lambda x: x.sum(), [(np.arange(3, dtype=np.float32),)])
+
+
+@pytest.mark.parametrize("key", [np.s_[-10::-1], np.s_[-5:-10:-1], np.s_[-5::-2], np.s_[-10::-1, 1], np.s_[1:-9:-1]],
+                         ids=["back_from_before_front", "back_both_before_front", "step2", "2d", "stop_before_front"])
+def test_backward_slice_starting_before_the_front_is_empty(key):
+    """slice(-10, None, -1) resolves to start -1 ("before the front"), which the normalized
+    slice read as "the last element": x[-10::-1] was the whole vector reversed, not empty."""
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    _assert_like_numpy(lambda v: v[key] * 1.0, lambda v: v[key] * np.float32(1.0), [(x,)])

@@ -92,8 +92,12 @@ def normalize_index(key, shape):
     for k, n in zip(key, shape):
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
-            # a backward slice that runs to the front resolves to stop -1, which slice()
-            # would read as "the last element" (x[::-1] empty): None means "past the front"
+            # a backward slice resolves "before the front" to -1, which slice() would read as
+            # "the last element": an empty one (x[-10::-1], start -1) becomes 0:0, and one
+            # that runs to the front (stop -1) gets None, "past the front"
+            if not range(start, stop, step):
+                out.append(("s", 0, 0, 1))
+                continue
             out.append(("s", start, None if stop < 0 else stop, step))
         elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):   # numpy: a bool is a mask
             k = int(k)
