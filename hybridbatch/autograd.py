@@ -36,17 +36,20 @@ class _Numerics:
 
     def __init__(self, origin, xp):
         self.origin, self.xp = origin, xp
-        self.batch = None       # (plan, batch index, signature)
+        self.batch = None       # (plan, batch index, signature, the batch rows run or None: all)
 
     def check(self, g, what, summed=False):
         """Raise NumericsError if gradient g (an array, a RowGrad or an OuterGrad) is not
         finite, naming the node of its first bad row. summed: g is a dense parameter
         gradient, the batch's sum, named by the batch's first node."""
         parts = (g.left, g.right) if isinstance(g, OuterGrad) else (g.values,) if isinstance(g, RowGrad) else (g,)
-        plan, b, sig = self.batch
+        plan, b, sig, rows = self.batch
+        n = plan.sizes[b] if rows is None else len(rows)
         for part in parts:
             if not self.xp.isfinite(part).all():
-                row = 0 if summed or len(part) != plan.sizes[b] else first_bad_row(part, self.xp)
+                row = 0 if summed or len(part) != n else first_bad_row(part, self.xp)
+                if rows is not None:
+                    row = int(rows[row])
                 raise_numerics(plan, b, sig, self.origin, f"gave a NaN/inf gradient for {what}", row)
 
 
@@ -124,7 +127,8 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
         _mark_ancestors(mark, plan.start, plan.arg_ptr, plan.args)
         for b in range(plan.n_batches - 1, -1, -1):
             outs = plan.outs[b]
-            if all(grads[a] is None for a, _ in outs) or not mark[plan.start + plan.batch_nodes(b)].any():
+            live = mark[plan.start + plan.batch_nodes(b)]
+            if all(grads[a] is None for a, _ in outs) or not live.any():
                 continue
             sig = sigs[plan.batch_sig[b]]
             op = sig.op
@@ -142,13 +146,21 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             xs = None if op.saves else operands(plan, arenas, b, sig, size)   # saved: its own inputs
             ys = [arenas[a][s:s + size] for a, s in outs]
             gys = [grad_arena(a)[s:s + size] for a, s in outs]
-            extra = {"saved": plan.saved.get(b)} if op.saves else {}
+            aux = batch_aux(plan, b, op)
+            saved = plan.saved.get(b) if op.saves else None
+            rows = None
+            if not live.all():
+                # rows the seed does not reach: eager never visits them, and their zero output
+                # gradient times an inf local derivative would put NaN into shared gradients
+                rows = np.flatnonzero(live)
+                xs, ys, gys, aux, saved = _live_rows(op, sig, live, xs, ys, gys, aux, saved)
+            extra = {"saved": saved} if op.saves else {}
             if numerics is not None:
-                numerics.batch = (plan, b, sig)
+                numerics.batch = (plan, b, sig, rows)
             if op.n_out > 1:
-                gxs = op.backward(xp, sig, xs, batch_aux(plan, b, op), ys, gys, needs, **extra)
+                gxs = op.backward(xp, sig, xs, aux, ys, gys, needs, **extra)
             else:
-                gxs = op.backward(xp, sig, xs, batch_aux(plan, b, op), ys[0], gys[0], needs, **extra)
+                gxs = op.backward(xp, sig, xs, aux, ys[0], gys[0], needs, **extra)
             k = g0
             for j, (pid, need, gx) in enumerate(zip(sig.params, needs, gxs)):
                 if pid is not None:
@@ -158,6 +170,10 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                 if need:
                     if numerics is not None:
                         numerics.check(gx, f"operand {j}")     # counting shared parameters too
+                    if rows is not None:
+                        full = xp.zeros((size,) + gx.shape[1:], gx.dtype)
+                        full[rows] = gx
+                        gx = full
                     grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
                     if plan.g_kind[k] == 2:
                         p = plan.g_off[k]
@@ -165,3 +181,17 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                             grad_arena(owner)
                     scatter_add(plan, grads, k, size, gx)
                 k += 1
+
+
+def _live_rows(op, sig, live, xs, ys, gys, aux, saved):
+    """The batch restricted to the rows in boolean mask `live`: gathered operands (shared
+    parameters stay whole), outputs, output gradients, integers and the op's saved state."""
+    if xs is not None:
+        xs = [x if pid is not None else x[live] for x, pid in zip(xs, sig.params)]
+    ys = [y[live] for y in ys]
+    gys = [g[live] for g in gys]
+    if aux is not None:
+        aux = aux[live]
+    if saved is not None:
+        saved = op.saved_rows(saved, live)
+    return xs, ys, gys, aux, saved

@@ -293,6 +293,14 @@ class Composite(Op):
     def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):
         return self.program.backward(xp, saved, gy if self.n_out > 1 else (gy,), needs, aux)
 
+    @staticmethod
+    def saved_rows(saved, live):
+        """The forward's values (each batch-first) for the batch rows in boolean mask `live`:
+        a backward that reaches only some of the batch."""
+        rows = _Values(v if v is None else v[live] for v in saved)
+        rows.units = saved.units
+        return rows
+
 
 def trace(block, key, tracer):
     """Run block.forward once on placeholders recorded in `tracer` (a fresh scope).

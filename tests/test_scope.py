@@ -323,3 +323,28 @@ def test_check_numerics_counts_a_shared_parameter_among_the_operands():
         assert np.isfinite(loss.asnumpy())
         with pytest.raises(hb.NumericsError, match=r"matmul.*operand 1"):
             loss.backward()
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # the overflow is the point
+@pytest.mark.parametrize("granularity", ["op", "block"])
+def test_backward_from_one_loss_ignores_batch_rows_it_does_not_reach(granularity):
+    """Two instances batched together; the first overflows to inf. Differentiating only the
+    second must give the eager gradient (0 from the first), not 0 * inf = NaN summed into
+    the shared parameter from the rows of the first."""
+    W = hb.Parameter("W", (4,), init=1.0)
+
+    class Cell(hb.HybridBlock):
+        def forward(self, x):
+            return hb.sum(hb.exp(x * W))
+
+    cell = Cell()
+    cell.hybridize()
+    xs = [np.array([0, -1, 1e30, 100], np.float32), np.array([0.5, 0, -2, 1], np.float32)]
+    eager = cell(xs[1])
+    eager.backward()
+    expected = W.grad.copy()
+    W.zero_grad()
+    with hb.batching(granularity=granularity):
+        losses = [cell(x) for x in xs]
+        losses[1].backward()
+    np.testing.assert_allclose(W.grad, expected, rtol=1e-6)

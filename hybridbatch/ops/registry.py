@@ -22,7 +22,8 @@ class Op:
     aux_width = 1        # integers per node when uses_aux (block calls may take several)
     executed = True      # False for inputs, whose values exist at record time
     n_out = 1            # outputs per node; >1 returns a tuple (see ops/shape.Output)
-    saves = False        # True: forward returns (y, saved); backward receives saved= and xs=None
+    saves = False        # True: forward returns (y, saved); backward receives saved= and xs=None,
+                         # and saved_rows(saved, mask) must select rows of saved
     needs_batched = True  # False: may run with shared operands only (its aux sizes the batch)
     add_grad = None      # optional (sig, g_input, gy): add gy into g_input in place (sparse grads)
     id = -1
