@@ -189,6 +189,9 @@ class batching:
         if isinstance(value, Tensor):
             value = value.value[0]
         elif isinstance(value, Future):
+            if value.scope is self:
+                raise ScopeError("a Future of this scope is already a recorded value: use it as it is "
+                                 "(hb.array/constant take data, such as a numpy array)")
             raise ScopeError("a Future from another batching scope was used here")
         value = backend.to_array(value)
         sig = signature.intern(Input, (signature.type_id(value.shape, value.dtype),), ())

@@ -348,3 +348,10 @@ def test_backward_from_one_loss_ignores_batch_rows_it_does_not_reach(granularity
         losses = [cell(x) for x in xs]
         losses[1].backward()
     np.testing.assert_allclose(W.grad, expected, rtol=1e-6)
+
+
+def test_array_of_a_future_of_the_same_scope_says_so():
+    with hb.batching():
+        x = hb.array(np.ones(2, np.float32))
+        with pytest.raises(hb.ScopeError, match="already a recorded value"):
+            hb.array(x)
