@@ -142,7 +142,8 @@ class ParameterDict:
             with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
                 for name, p in self._params.items():
                     with zf.open(name + ".npy", "w", force_zip64=True) as entry:
-                        np.lib.format.write_array(entry, np.ascontiguousarray(backend.to_numpy(p.data)),
+                        # order="C", not ascontiguousarray: that makes a 0-d parameter 1-d
+                        np.lib.format.write_array(entry, np.asarray(backend.to_numpy(p.data), order="C"),
                                                   allow_pickle=False)
             os.replace(tmp, path)
         except BaseException:
