@@ -1,6 +1,7 @@
 """Review of nn blocks, models, the optimizer and ParameterDict: edge cases where a result was
 silently wrong or a failure surfaced far from the user's line."""
 import numpy as np
+import pytest
 
 import hybridbatch as hb
 
@@ -16,3 +17,18 @@ def test_scalar_parameter_survives_parameter_dict_save_and_load(tmp_path):
     scale.data = np.float32(0.0)
     pd.load(path)
     assert scale.data.shape == () and float(scale.data) == 2.5
+
+
+def test_sequence_losses_refuse_labels_of_another_length():
+    """zip() used to drop the steps (or labels) past the shorter one: a smaller loss, no error."""
+    from hybridbatch.models.lattice_lstm import LatticeLSTMTagger
+    from hybridbatch.models.seq2seq import Seq2SeqLSTM
+    nmt = Seq2SeqLSTM(20, 15, embed=4, hidden=3)
+    assert np.isfinite(float(nmt.loss([1, 2], [0, 3, 4], [3, 4, 1])))
+    lattice = LatticeLSTMTagger(12, 9, 4, char_embed=3, word_embed=3, hidden=4)
+    for bad in (lambda: nmt.loss([1, 2], [0, 3, 4], [3, 4]),
+                lambda: nmt.loss([1, 2], [0, 3], [3, 4, 1]),
+                lambda: lattice.loss([1, 2, 3], [(0, 2, 1)], [0, 1]),
+                lambda: lattice.loss([], [], [])):
+        with pytest.raises(ValueError, match="label"):
+            bad()

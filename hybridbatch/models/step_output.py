@@ -25,7 +25,12 @@ class StepOutput(HybridBlock):
         return loss if total is None else total + loss
 
     def sequence_loss(self, states, labels):
-        """Σ over steps of the loss of (state, label): one call per step, chained."""
+        """Σ over steps of the loss of (state, label): one call per step, chained.
+
+        One label per step, checked: zipping a shorter list would silently drop steps."""
+        if len(states) != len(labels) or not len(labels):
+            raise ValueError(f"a sequence loss needs one label per step and at least one step; got "
+                             f"{len(states)} steps and {len(labels)} labels")
         total = None
         for h, y in zip(states, labels):
             total = self(h, y) if total is None else self(h, y, total)
