@@ -32,3 +32,17 @@ def test_sequence_losses_refuse_labels_of_another_length():
                 lambda: lattice.loss([], [], [])):
         with pytest.raises(ValueError, match="label"):
             bad()
+
+
+def test_tagger_refuses_tags_of_another_length():
+    """zip() used to drop the tokens past the last tag: a smaller loss, no error."""
+    from hybridbatch.data import Vocab
+    from hybridbatch.data.conllu import UPOS_TAGS
+    from hybridbatch.models.bilstm_tagger import BiLSTMTagger
+    tagger = BiLSTMTagger(Vocab.build(["a", "b"]), UPOS_TAGS, embed=4, hidden=3)
+    assert np.isfinite(float(tagger.sentence_loss(["a", "b"], ["NOUN", "VERB"])))
+    for tags in (["NOUN"], ["NOUN", "VERB", "ADJ"]):
+        with pytest.raises(ValueError, match="tag"):
+            tagger.sentence_loss(["a", "b"], tags)
+    with pytest.raises(ValueError, match="tag"):
+        tagger.encoded_loss([1, 2], [0])

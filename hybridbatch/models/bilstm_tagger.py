@@ -230,6 +230,8 @@ class BiLSTMTagger(Block):
         return self._bidirectional(self.fwd, self.bwd, inputs)
 
     def encoded_loss(self, tokens, tags):
+        if len(tokens) != len(tags):     # zip would silently drop the tokens past the last tag
+            raise ValueError(f"one tag per token: got {len(tokens)} tokens and {len(tags)} tags")
         fwd, bwd = self._states(tokens)
         return hb.add_n([self.output(sf, sb, y) for sf, sb, y in zip(fwd, bwd, tags)])
 
