@@ -140,10 +140,13 @@ def _operand(a):
     return None
 
 
-def _usable(lib, *arrays):
-    dt = arrays[0].dtype
+def _usable(lib, a, b):
+    """Whether MKL takes a @ b; mismatched shapes go to numpy, which raises (MKL would read
+    past the smaller operand)."""
+    dt = a.dtype
     return (lib is not None and dt in lib.gemm and
-            all(isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype == dt for a in arrays))
+            all(isinstance(m, np.ndarray) and m.ndim == 2 and m.dtype == dt for m in (a, b)) and
+            a.shape[1] == b.shape[0])
 
 
 def gemm(a, b, library=None):

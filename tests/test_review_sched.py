@@ -1,0 +1,29 @@
+"""Review of host products, schedule checking, learned policies and stable type names:
+each test pins a defect that gave a wrong answer, a crash or a hang instead of an error."""
+import numpy as np
+import pytest
+
+from hybridbatch.kernels import blas
+
+needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded")
+
+
+@pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl)])
+def library(request):
+    before = blas.name()
+    blas.use(request.param)
+    yield request.param
+    blas.use(before)
+
+
+def test_products_of_mismatched_shapes_raise_as_numpy_does(library):
+    """MKL was handed (3, 5) @ (4, 2) as is: it read past b and returned garbage."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    with pytest.raises(ValueError):
+        blas.gemm(a, b)
+    x, w = rng.standard_normal((5, 90)).astype(np.float32), rng.standard_normal((100, 80)).astype(np.float32)
+    with blas.packing():
+        for _ in range(3):      # plain, then packing, then the pack
+            with pytest.raises(ValueError):
+                blas.shared_product(x, w)
