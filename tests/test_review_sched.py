@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 
 from hybridbatch.kernels import blas
+from hybridbatch.schedule.check import checked
+from test_scheduling import make_view
 
 needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded")
 
@@ -27,3 +29,16 @@ def test_products_of_mismatched_shapes_raise_as_numpy_does(library):
         for _ in range(3):      # plain, then packing, then the pack
             with pytest.raises(ValueError):
                 blas.shared_product(x, w)
+
+
+def test_a_batch_pointer_past_the_order_is_reported_as_such():
+    """batch_ptr [0, 5, 3] over 3 nodes: the check read order[3:5] out of bounds and
+    reported whatever node id it found there."""
+    view = make_view([(1, []), (1, [0]), (1, [1])])
+
+    def bad(view):
+        pass
+
+    for bptr in ([0, 5, 3], [0, 2, 5, 3]):
+        with pytest.raises(ValueError, match="batch_ptr must start at 0, rise strictly"):
+            checked(bad, view, np.arange(3), np.array(bptr))

@@ -32,7 +32,7 @@ def _find_problem(order, bptr, sig, arg_ptr, args, executable, unbatchable):
     batch_of = np.full(n, -1, np.int64)
     for b in range(nb):
         lo, hi = bptr[b], bptr[b + 1]
-        if hi <= lo:
+        if hi <= lo or hi > order.shape[0]:      # checked before order[lo:hi] is read
             return 1, b, -1
         for k in range(lo, hi):
             v = order[k]
