@@ -46,3 +46,14 @@ def test_tagger_refuses_tags_of_another_length():
             tagger.sentence_loss(["a", "b"], tags)
     with pytest.raises(ValueError, match="tag"):
         tagger.encoded_loss([1, 2], [0])
+
+
+@pytest.mark.parametrize("word", [(0, 1, 1), (2, 1, 1), (-1, 2, 1), (1, 4, 1)])
+def test_lattice_refuses_a_word_outside_the_sentence_or_shorter_than_two(word):
+    """A one-character, backward or negative-start word was silently never merged (or merged
+    at a wrapped position); one past the end failed with a bare list IndexError."""
+    from hybridbatch.models.lattice_lstm import LatticeLSTMTagger
+    lattice = LatticeLSTMTagger(12, 9, 4, char_embed=3, word_embed=3, hidden=4)
+    assert np.isfinite(float(lattice.loss([1, 2, 3], [(0, 2, 1), (1, 3, 2)], [0, 1, 2])))
+    with pytest.raises(ValueError, match="word"):
+        lattice.loss([1, 2, 3], [word], [0, 1, 2])

@@ -82,6 +82,10 @@ class LatticeLSTMTagger(Block):
     def _states(self, chars, words):
         starting = [[] for _ in chars]
         for start, end, word in words:
+            # a shorter or out-of-range span would never merge, or merge at a wrapped index
+            if not 0 <= start <= end - 2 or end > len(chars):
+                raise ValueError(f"lattice word {(start, end, word)} must span 2 or more of the "
+                                 f"{len(chars)} characters: 0 <= start, start + 2 <= end <= {len(chars)}")
             starting[start].append((end, word))
         ending = [[] for _ in chars]
         hs, state = [], ()
