@@ -5,6 +5,7 @@ import pytest
 
 from hybridbatch.kernels import blas
 from hybridbatch.schedule.check import checked
+from hybridbatch.schedule.fsm import FSMPolicy
 from test_scheduling import make_view
 
 needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded")
@@ -42,3 +43,16 @@ def test_a_batch_pointer_past_the_order_is_reported_as_such():
     for bptr in ([0, 5, 3], [0, 2, 5, 3]):
         with pytest.raises(ValueError, match="batch_ptr must start at 0, rise strictly"):
             checked(bad, view, np.arange(3), np.array(bptr))
+
+
+def test_a_learned_policy_rejects_a_view_whose_type_names_repeat():
+    """Two signatures named alike got one type id: the table's action mapped to the other,
+    which had nothing ready, and the step loop ran empty batches forever."""
+    view = make_view([(1, []), (2, []), (1, [0]), (2, [1]), (1, [2]), (2, [3])])
+    view.sig_keys = ("t0", "a", "a")
+    policy = FSMPolicy(["a"], "base", [[0]], [0])
+    with pytest.raises(ValueError, match="one distinct sig_key per signature"):
+        policy.schedule(view)
+    view.sig_keys = ()          # no names at all: the fallback heuristic, as before
+    order, bptr = policy(view)
+    assert sorted(order.tolist()) == list(range(6)) and len(bptr) - 1 == 6

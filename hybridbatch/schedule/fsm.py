@@ -77,7 +77,7 @@ class FSMPolicy:
         learned, and a sum per length would otherwise make most states of unseen
         minibatches unseen. A left-out type runs when its signature is ready in full, or
         when the fallback heuristic picks it."""
-        keys = view.sig_keys if len(view.sig_keys) == view.n_sigs else [None] * view.n_sigs
+        keys = keys_of(view) if view.sig_keys else [None] * view.n_sigs
         ids = (self._ids.get(k, -1) for k in keys)
         return np.array([i if i in self._in_states else -1 for i in ids], np.int64)
 
