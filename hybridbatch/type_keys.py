@@ -7,6 +7,8 @@ input types. Two signatures of a flush that still share a name (two instances of
 block class, such as TreeLSTM-2Type's two internal cells) are told apart by the creation
 order of their parameters, the same in every process that builds the model the same way.
 """
+import functools
+
 from .ops.shape import Input, Output
 from . import parameter
 
@@ -14,8 +16,14 @@ _cache = {}        # signature id -> name (signatures are never dropped, so ids 
 
 
 def _stable(x):
+    """x as text without what differs between processes: a function by its qualified name,
+    a partial by its parts, an object whose repr is its address by its class."""
     if isinstance(x, tuple):
         return "(" + ", ".join(_stable(v) for v in x) + ")"
+    if isinstance(x, functools.partial):
+        return f"partial{_stable((x.func,) + x.args + tuple(sorted(x.keywords.items())))}"
+    if not hasattr(x, "__qualname__") and type(x).__repr__ is object.__repr__:
+        x = type(x)
     if callable(x) and hasattr(x, "__qualname__"):
         return f"{getattr(x, '__module__', '')}.{x.__qualname__}"
     return repr(x)

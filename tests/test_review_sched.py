@@ -1,9 +1,13 @@
 """Review of host products, schedule checking, learned policies and stable type names:
 each test pins a defect that gave a wrong answer, a crash or a hang instead of an error."""
+import functools
+
 import numpy as np
 import pytest
 
+import hybridbatch as hb
 from hybridbatch.kernels import blas
+from hybridbatch.schedule import agenda
 from hybridbatch.schedule.check import checked
 from hybridbatch.schedule.fsm import FSMPolicy
 from test_scheduling import make_view
@@ -56,3 +60,30 @@ def test_a_learned_policy_rejects_a_view_whose_type_names_repeat():
     view.sig_keys = ()          # no names at all: the fallback heuristic, as before
     order, bptr = policy(view)
     assert sorted(order.tolist()) == list(range(6)) and len(bptr) - 1 == 6
+
+
+def _scale(x, k):
+    return x * k
+
+
+class _Doubler:
+    def __call__(self, x):
+        return x * 2
+
+
+def test_type_names_of_partials_and_callable_objects_hold_no_address():
+    """py_func of functools.partial or of a callable object was named by its repr, with the
+    object's address in it: a learned table never knew it in another process."""
+    keys = []
+
+    def capture(view):
+        keys.extend(view.sig_keys)
+        return agenda(view)
+
+    with hb.batching(policy=capture):
+        x = hb.array(np.ones(3, np.float32))
+        y = hb.py_func(functools.partial(_scale, k=3), x, out_shape=(3,))
+        hb.py_func(_Doubler(), y, out_shape=(3,)).asnumpy()
+    named = [k for k in keys if k.startswith("py_func")]
+    assert len(named) == 2 and not any("0x" in k for k in named), named
+    assert any("_scale" in k and "3" in k for k in named) and any("_Doubler" in k for k in named), named
