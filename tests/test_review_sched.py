@@ -1,6 +1,7 @@
 """Review of host products, schedule checking, learned policies and stable type names:
 each test pins a defect that gave a wrong answer, a crash or a hang instead of an error."""
 import functools
+import json
 
 import numpy as np
 import pytest
@@ -87,3 +88,14 @@ def test_type_names_of_partials_and_callable_objects_hold_no_address():
     named = [k for k in keys if k.startswith("py_func")]
     assert len(named) == 2 and not any("0x" in k for k in named), named
     assert any("_scale" in k and "3" in k for k in named) and any("_Doubler" in k for k in named), named
+
+
+@pytest.mark.parametrize("types", [["a", "a"], "ab", {"a": 0, "b": 1}])
+def test_loading_a_file_whose_types_are_not_distinct_names_names_it(tmp_path, types):
+    """Repeated types loaded silently (the first one's states never matched again), and a
+    string or an object of names was read as its characters or keys."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": "hybridbatch.fsm-policy/1", "encoding": "sort", "types": types,
+                                "states": [[0]], "actions": [0]}))
+    with pytest.raises(ValueError, match="bad.json: not a saved FSM policy: .*types must be a list of distinct"):
+        FSMPolicy.load(path)

@@ -47,6 +47,8 @@ class FSMPolicy:
     def __init__(self, types, encoding, states, actions, backoff=True):
         if not isinstance(backoff, bool):
             raise ValueError(f"backoff must be true or false, not {backoff!r}")
+        if not isinstance(types, (list, tuple)) or len(set(types)) != len(types):
+            raise ValueError(f"a policy's types must be a list of distinct names, not {types!r}")
         self.types = list(types)
         self.encoding = encoding
         self._code = encoding_code(encoding)
