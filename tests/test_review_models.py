@@ -57,3 +57,19 @@ def test_lattice_refuses_a_word_outside_the_sentence_or_shorter_than_two(word):
     assert np.isfinite(float(lattice.loss([1, 2, 3], [(0, 2, 1), (1, 3, 2)], [0, 1, 2])))
     with pytest.raises(ValueError, match="word"):
         lattice.loss([1, 2, 3], [word], [0, 1, 2])
+
+
+@pytest.mark.parametrize("change", ["long", "short", "negative"])
+def test_two_type_tree_refuses_node_types_that_do_not_fit_the_tree(change):
+    """Extra types were ignored, a negative one picked the last block, too few raised a bare
+    StopIteration."""
+    from hybridbatch.data import Tree, Vocab
+    from hybridbatch.models.tree_lstm import TwoTypeTreeLSTM
+    tree = Tree(1, children=(Tree(0, "a"), Tree(2, children=(Tree(3, "b"), Tree(4, "a")))))
+    model = TwoTypeTreeLSTM(Vocab.build(["a", "b"]), embed=4, hidden=3)
+    assert np.isfinite(float(model.tree_loss(tree, [1, 0])))
+    types = {"long": [1, 0, 1], "short": [1], "negative": [1, -1]}[change]
+    with pytest.raises(ValueError, match="types"):
+        model.tree_loss(tree, types)
+    with pytest.raises(ValueError, match="types"):
+        model.root_logits(tree, types)

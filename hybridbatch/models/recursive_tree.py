@@ -6,6 +6,8 @@ as `block(*left state, *right state, label)`. Summing the subtree losses inside 
 instead of in a per-tree `add_n` whose arity differs from tree to tree, keeps every loss in
 the batches of the cells.
 """
+import numbers
+
 from ..block import Block
 
 
@@ -38,9 +40,22 @@ class RecursiveTreeModel(Block):
         block = self.node if types is None else self.internal_blocks()[next(types)]
         return block(*left, *right, tree.label)
 
+    def _types(self, tree, types):
+        """`types` as an iterator, checked first: one valid block index per internal node (a
+        wrong count, or a negative index that Python would wrap, would pick wrong blocks)."""
+        if types is None:
+            return None
+        types = tuple(types)
+        n = len(self.internal_blocks())
+        valid = all(isinstance(k, numbers.Integral) and 0 <= k < n for k in types)
+        if len(types) != tree.n_leaves - 1 or not valid:
+            raise ValueError(f"types must give one block index in range({n}) per internal node: the "
+                             f"tree has {tree.n_leaves - 1}, got {len(types)}: {types}")
+        return iter(types)
+
     def tree_loss(self, tree, types=None):
         """Σ over every node of −log softmax(classifier(state))[label]."""
-        return self._encode(tree, None if types is None else iter(types))[-1]
+        return self._encode(tree, self._types(tree, types))[-1]
 
     def root_logits(self, tree, types=None):
-        return self.node.output(self._encode(tree, None if types is None else iter(types))[0])
+        return self.node.output(self._encode(tree, self._types(tree, types))[0])
