@@ -40,12 +40,12 @@ class ParameterDict:
         self._params = {}
 
     # -- creation ---------------------------------------------------------------------
-    def get(self, name, shape=None, init="xavier", dtype=np.float32, grad_req="write", rng=None):
+    def get(self, name, shape=None, init="xavier", dtype=None, grad_req="write", rng=None):
         """The Parameter `prefix + name`, created with these arguments if it does not exist.
 
-        An existing one is returned as it is; `shape` (when given) must equal its shape,
-        and a `dtype` other than its own is an error too. `init`, `rng` and `grad_req` only
-        apply at creation. Creating a parameter needs `shape`.
+        An existing one is returned as it is; `shape` and `dtype` (when given) must equal its
+        own. `init`, `rng` and `grad_req` only apply at creation. Creating a parameter needs
+        `shape`; its dtype defaults to float32.
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"parameter names are non-empty strings, not {name!r}")
@@ -55,7 +55,7 @@ class ParameterDict:
             if shape is not None and tuple(int(s) for s in shape) != p.shape:
                 raise ValueError(f"parameter {full!r} exists with shape {p.shape}; asked for shape "
                                  f"{tuple(shape)}")
-            if np.dtype(dtype) != p.dtype:
+            if dtype is not None and np.dtype(dtype) != p.dtype:
                 raise ValueError(f"parameter {full!r} exists with dtype {p.dtype}; asked for dtype "
                                  f"{np.dtype(dtype)}")
             return p
@@ -63,7 +63,8 @@ class ParameterDict:
             raise ValueError(f"parameter {full!r} does not exist yet; give its shape to create it")
         if rng is None:
             rng = self._rng
-        p = Parameter(full, shape, init=init, dtype=dtype, rng=rng, grad_req=grad_req)
+        p = Parameter(full, shape, init=init, dtype=np.float32 if dtype is None else dtype, rng=rng,
+                      grad_req=grad_req)
         self._params[full] = p
         return p
 

@@ -73,3 +73,13 @@ def test_two_type_tree_refuses_node_types_that_do_not_fit_the_tree(change):
         model.tree_loss(tree, types)
     with pytest.raises(ValueError, match="types"):
         model.root_logits(tree, types)
+
+
+def test_parameter_dict_get_returns_a_float64_parameter_when_no_dtype_is_asked():
+    """get(name) compared the existing dtype with the default float32 nobody asked for."""
+    pd = hb.ParameterDict()
+    W = pd.get("W", (2, 3), dtype=np.float64)
+    assert pd.get("W") is W and pd.get("W", (2, 3)) is W and pd.get("W", dtype=np.float64) is W
+    assert pd.get("b", (3,)).dtype == np.float32          # the creation default is unchanged
+    with pytest.raises(ValueError, match="dtype"):
+        pd.get("W", dtype=np.float32)
