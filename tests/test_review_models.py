@@ -83,3 +83,13 @@ def test_parameter_dict_get_returns_a_float64_parameter_when_no_dtype_is_asked()
     assert pd.get("b", (3,)).dtype == np.float32          # the creation default is unchanged
     with pytest.raises(ValueError, match="dtype"):
         pd.get("W", dtype=np.float32)
+
+
+def test_sequential_refuses_what_is_not_a_block():
+    """A function such as hb.tanh was stored as a plain attribute and silently skipped."""
+    with pytest.raises(TypeError, match="Block"):
+        hb.nn.Sequential(hb.nn.Dense(3, 2, seed=0), hb.tanh)
+    seq = hb.nn.Sequential(hb.nn.Dense(3, 2, seed=0))
+    with pytest.raises(TypeError, match="Block"):
+        seq.add(hb.relu)
+    assert len(seq) == 1

@@ -49,6 +49,12 @@ class Sequential(Block):
             self.add(b)
 
     def add(self, *blocks):
+        """Append blocks; anything else (a function such as hb.tanh) would not be registered
+        as a child, so forward would silently skip it."""
+        for b in blocks:
+            if not isinstance(b, Block):
+                raise TypeError(f"Sequential holds Blocks, not {type(b).__name__} {b!r}; wrap a "
+                                f"function in a HybridBlock")
         for b in blocks:
             setattr(self, str(len(self._children)), b)
 
