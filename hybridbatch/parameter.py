@@ -5,6 +5,7 @@ signature (DyNet App. A), so all their calls batch into one kernel over the stac
 """
 import itertools
 import math
+import operator
 import weakref
 
 import numpy as np
@@ -102,6 +103,17 @@ def initializer(spec) -> Initializer:
         raise ValueError(f"unknown initializer {spec!r}; expected one of {sorted(_INITS)}") from None
 
 
+def _shape(name, shape):
+    """shape as a tuple of ints >= 0, or a TypeError/ValueError: int() would read 2.5 as 2."""
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"parameter {name!r}: shape {shape!r} must hold integers") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"parameter {name!r}: shape {shape!r} must hold integers >= 0")
+    return dims
+
+
 class Parameter:
     """A named trainable array with its gradient.
 
@@ -117,7 +129,7 @@ class Parameter:
 
     def __init__(self, name, shape, init="xavier", dtype=np.float32, rng=None, grad_req="write"):
         self.name = name
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = _shape(name, shape)
         self.dtype = np.dtype(dtype)
         self.pid = next(_ids)
         rng = rng if rng is not None else np.random.default_rng(self.pid)

@@ -157,8 +157,9 @@ class ParameterDict:
 
         Every entry is checked before any parameter changes: a parameter of this dict absent
         from the file (unless allow_missing), an entry naming no parameter here (unless
-        ignore_extra) or an entry whose shape differs raises ValueError. Values are cast to
-        each parameter's dtype.
+        ignore_extra), an entry whose shape differs, or whose values the parameter's dtype
+        cannot hold (complex into float, float64 beyond float32's range) raises ValueError.
+        Values are cast to each parameter's dtype.
         """
         with np.load(os.fspath(path), allow_pickle=False) as archive:
             stored = {name: archive[name] for name in archive.files}
@@ -169,14 +170,25 @@ class ParameterDict:
             problems.append(f"missing from the file: {missing}")
         if extra and not ignore_extra:
             problems.append(f"in the file but not in this dict: {extra}")
+        cast = {}
         for name, p in self._params.items():
-            if name in stored and stored[name].shape != p.shape:
-                problems.append(f"{name!r} has shape {stored[name].shape} in the file but {p.shape} here")
+            if name not in stored:
+                continue
+            value = stored[name]
+            if value.shape != p.shape:
+                problems.append(f"{name!r} has shape {value.shape} in the file but {p.shape} here")
+            elif not np.can_cast(value.dtype, p.dtype, casting="same_kind"):
+                problems.append(f"{name!r} is {value.dtype} in the file; it cannot become {p.dtype}")
+            else:
+                with np.errstate(over="ignore"):
+                    cast[name] = value.astype(p.dtype, copy=True)
+                if p.dtype.kind == "f" and (np.isfinite(value) & ~np.isfinite(cast[name])).any():
+                    problems.append(f"{name!r} holds values beyond {p.dtype}'s range")
         if problems:
             raise ValueError(f"cannot load {os.fspath(path)!r}: " + "; ".join(problems))
         for name, p in self._params.items():
-            if name in stored:
-                p.data = stored[name].astype(p.dtype, copy=True)
+            if name in cast:
+                p.data = cast[name]
 
     def __repr__(self):
         body = ", ".join(f"{n}: {p.shape}" for n, p in self._params.items())

@@ -7,6 +7,8 @@ kernel sees has a leading batch axis of size B, except operands that are shared 
 """
 import operator
 
+import numpy as np
+
 from ..signature import check  # noqa: F401  (re-exported for op modules)
 
 OPS: list = []
@@ -34,7 +36,9 @@ class Op:
 
     def index(self, aux):
         """A node's integer datum as an int, or a TypeError naming the op (int() would
-        truncate 1.5 to 1 and read another row)."""
+        truncate 1.5 to 1 and read another row, and a bool would pass as 0 or 1)."""
+        if isinstance(aux, (bool, np.bool_)):
+            raise TypeError(f"{self.name}: the index must be an integer, not bool")
         try:
             return operator.index(aux)
         except TypeError:

@@ -1,0 +1,40 @@
+"""Parameters and their files: integers where integers are meant, and loads that cannot
+change a value silently."""
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+
+
+def test_a_bool_is_not_a_lookup_row():
+    """Python's bool is an int: True would read row 1 in every mode."""
+    emb = hb.nn.Embedding(5, 2, seed=0)
+    with pytest.raises(TypeError, match="not bool"):
+        emb(True)
+    with hb.batching():
+        with pytest.raises(TypeError, match="not bool"):
+            emb(np.bool_(False))
+
+
+def test_a_parameter_shape_must_hold_integers():
+    with pytest.raises(TypeError, match="must hold integers"):
+        hb.nn.Dense(2.5, 4)
+    with pytest.raises(ValueError, match=">= 0"):
+        hb.Parameter("W", (-1, 3))
+    assert hb.Parameter("W", (np.int64(2), 3)).shape == (2, 3)
+
+
+def test_loading_refuses_values_the_dtype_cannot_hold(tmp_path):
+    params = hb.ParameterDict()
+    W = params.get("W", shape=(2,))
+    before = W.data.copy()
+    for bad, why in ((np.array([1 + 2j, 2]), "cannot become float32"),
+                     (np.array([1e300, 1.0]), "beyond float32's range")):
+        path = tmp_path / "p.npz"
+        np.savez(path, W=bad)
+        with pytest.raises(ValueError, match=why):
+            params.load(path)
+        np.testing.assert_array_equal(W.data, before)
+    np.savez(tmp_path / "ok.npz", W=np.array([1.5, -2.0]))    # float64 that fits: cast
+    params.load(tmp_path / "ok.npz")
+    np.testing.assert_array_equal(W.data, np.array([1.5, -2.0], np.float32))
