@@ -189,7 +189,8 @@ def pick_neg_log_softmax(logits, label):
 
 def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
     """Run numpy code per instance as an (unbatchable) op: fn(*arrays) -> array."""
-    return apply(C.PyFunc, xs, (fn, grad_fn, tuple(out_shape), np.dtype(out_dtype)))
+    shape = tuple(_int("py_func's out_shape", s) for s in out_shape)    # np.int64(3) names its type as 3 does
+    return apply(C.PyFunc, xs, (fn, grad_fn, shape, np.dtype(out_dtype)))
 
 
 for _cls in (Future, Tensor, Parameter):

@@ -38,3 +38,19 @@ def test_loading_refuses_values_the_dtype_cannot_hold(tmp_path):
     np.savez(tmp_path / "ok.npz", W=np.array([1.5, -2.0]))    # float64 that fits: cast
     params.load(tmp_path / "ok.npz")
     np.testing.assert_array_equal(W.data, np.array([1.5, -2.0], np.float32))
+
+
+def test_py_func_out_shape_holds_integers_and_names_its_type_alike():
+    x = np.ones(3, np.float32)
+    a = hb.py_func(np.tanh, x, out_shape=(np.int64(3),))
+    b = hb.py_func(np.tanh, x, out_shape=(3,))
+    assert a.sig is b.sig and type(a.sig.attrs[2][0]) is int     # one signature, one name
+    with pytest.raises(TypeError, match="out_shape"):
+        hb.py_func(np.tanh, x, out_shape=(3.0,))
+
+
+def test_an_unknown_blas_choice_warns(monkeypatch):
+    from hybridbatch.kernels import blas
+    monkeypatch.setenv("HYBRIDBATCH_BLAS", "numpyy")
+    with pytest.warns(UserWarning, match="neither 'numpy' nor 'mkl'"):
+        blas._load()

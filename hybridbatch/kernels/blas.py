@@ -70,8 +70,12 @@ class _MKL:
 
 
 def _load():
-    if os.environ.get("HYBRIDBATCH_BLAS", "").lower() == "numpy":
+    choice = os.environ.get("HYBRIDBATCH_BLAS", "").lower()
+    if choice == "numpy":
         return None
+    if choice not in ("", "mkl"):
+        warnings.warn(f"HYBRIDBATCH_BLAS={choice!r} is neither 'numpy' nor 'mkl'; using MKL where it is "
+                      f"available", stacklevel=2)
     path = _library_path()
     if not path:
         return None
