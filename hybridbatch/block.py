@@ -15,7 +15,7 @@ from .errors import ScopeError
 from .future import Future
 from .parameter import Parameter
 from .parameter_dict import ParameterDict
-from .trace import INT, trace
+from .trace import INT, STATIC, trace
 
 
 _traced = weakref.WeakSet()      # HybridBlocks holding traced programs
@@ -141,6 +141,8 @@ class HybridBlock(Block):
         for a in args:
             if isinstance(a, Parameter):
                 key.append(a)
+            elif isinstance(a, _FLAGS):
+                key.append(_flag(a))
             elif isinstance(a, (int, np.integer)):
                 key.append(INT)
                 ints.append(int(a))
@@ -168,6 +170,8 @@ class HybridBlock(Block):
                 ints.append(a)
             elif isinstance(a, Parameter):
                 key.append(a)
+            elif isinstance(a, _FLAGS):
+                key.append(_flag(a))
             elif isinstance(a, (int, np.integer)):
                 key.append(INT)
                 ints.append(int(a))
@@ -194,6 +198,20 @@ class HybridBlock(Block):
         program.owner = self
         _traced.add(self)
         return program
+
+
+_FLAGS = (bool, np.bool_) + STATIC
+
+
+def _flag(a):
+    """The cache-key entry of a str or None argument. A bool is refused: the un-hybridized
+    forward could test it, and hb.lookup refuses it as a row, but a trace saw only an int
+    placeholder (a branch on it raised) and hb.lookup read it as row 0 or 1."""
+    if isinstance(a, (bool, np.bool_)):
+        raise TypeError("a bool argument of a hybridized block is neither a flag its forward can test "
+                        "(its value is not known while tracing) nor an op index (hb.lookup and hb.pick "
+                        "refuse a bool); make the flag a block attribute, or pass an int")
+    return (STATIC, a)
 
 
 def _as_handle(a, scope):

@@ -22,6 +22,10 @@ from . import signature
 
 _composite_ids = itertools.count(1 << 20)   # op ids for traced programs, apart from the primitive registry
 INT = "int"   # an integer argument in a program's cache key
+# Arguments that are flags, not values: forward gets each as it is, so it may test them
+# (`mode == "train"`, `mask is None`; as placeholders both tests were silently False), and
+# each value has its own trace.
+STATIC = (str, type(None))
 # Fuse elementwise runs of block programs into numba kernels (on by default: one pass over
 # the gates instead of one numpy pass per op, and a backward without temporaries; measured
 # in docs/architecture.md). `set_fusion(False)` runs every op through numpy instead.
@@ -305,7 +309,8 @@ class Composite(Op):
 def trace(block, key, tracer):
     """Run block.forward once on placeholders recorded in `tracer` (a fresh scope).
 
-    key: per argument, its type id, INT for an integer, or the Parameter itself (baked in).
+    key: per argument, its type id, INT for an integer, the Parameter itself (baked in), or
+    (STATIC, value) for a flag (a pair: the str "int" alone would read as INT).
     """
     inputs = []
     n_ints = 0
@@ -316,6 +321,9 @@ def trace(block, key, tracer):
         if a is INT:
             inputs.append(BlockInt(n_ints))
             n_ints += 1
+            continue
+        if a.__class__ is tuple:
+            inputs.append(a[1])
             continue
         sig = signature.intern(Input, (a,), ())
         tracer.graph.origin.append("<block input>")     # origins stay aligned with node ids

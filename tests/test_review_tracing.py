@@ -1,0 +1,57 @@
+"""Tracing semantics: a hybridized block computes what its un-hybridized forward computes,
+or refuses at the call."""
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+
+MODES = ("eager", "op", "block", "auto")
+
+
+def _call(mode, fn):
+    """fn() as values, eagerly or recorded in a scope of granularity `mode`."""
+    if mode == "eager":
+        return [o.asnumpy() for o in fn()]
+    with hb.batching(granularity=mode):
+        outs = fn()
+    return [o.asnumpy() for o in outs]
+
+
+class Flags(hb.HybridBlock):
+    """Tests its str and None arguments as Python values, as flags."""
+
+    def forward(self, x, mode, extra):
+        y = hb.tanh(x) + 1.0 if mode == "shift" else hb.tanh(x)
+        return y if extra is None else y * extra
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_str_and_none_arguments_are_flags_as_in_forward(mode):
+    block = Flags()
+    x = np.linspace(-1, 1, 3).astype(np.float32)
+    args = [(x, "shift", None), (x, "keep", None), (x, "shift", np.float32(3.0)), (x, "keep", None)]
+    want = [block(*a).asnumpy() for a in args]
+    block.hybridize()
+    got = _call(mode, lambda: [block(*a) for a in args])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+class Row(hb.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.E = hb.Parameter("E", (4, 3), rng=np.random.default_rng(0))
+
+    def forward(self, i):
+        return hb.lookup(self.E, i)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("row", [True, np.False_])
+def test_a_bool_row_is_refused_as_without_hybridize(mode, row):
+    block = Row()
+    with pytest.raises(TypeError, match="bool"):
+        block(row)
+    block.hybridize()
+    with pytest.raises(TypeError, match="bool"):
+        _call(mode, lambda: [block(row)])
