@@ -55,3 +55,24 @@ def test_a_bool_row_is_refused_as_without_hybridize(mode, row):
     block.hybridize()
     with pytest.raises(TypeError, match="bool"):
         _call(mode, lambda: [block(row)])
+
+
+class SumOfList(hb.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(0))
+
+    def forward(self, hs):
+        return hb.sum(hb.tanh(self.W @ hb.add_n(list(hs))))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_list_of_recorded_values_is_refused_not_read_as_a_constant(mode):
+    """np.asarray read the values (a flush mid-recording) into a constant: the loss was right
+    but no gradient reached the parameters that computed them."""
+    block = SumOfList()
+    block.hybridize()
+    x = np.ones(3, np.float32)
+    with pytest.raises(TypeError, match="separate arguments"):
+        _call(mode, lambda: [block([block.W @ x, block.W @ x])])
+    assert _call(mode, lambda: [block([x, [1.0, 2.0, 3.0]])])[0].shape == ()   # data is a constant
