@@ -332,6 +332,8 @@ def trace(block, key, tracer):
     out = block.forward(*inputs)
     single = not isinstance(out, (tuple, list))
     outs = [out] if single else list(out)
+    if not outs:
+        raise HybridBatchError(f"{type(block).__name__}.forward must return at least one value")
     for o in outs:
         if not (isinstance(o, Future) and o.scope is tracer):
             raise HybridBatchError(f"{type(block).__name__}.forward must return values computed with hb ops "

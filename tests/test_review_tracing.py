@@ -76,3 +76,17 @@ def test_a_list_of_recorded_values_is_refused_not_read_as_a_constant(mode):
     with pytest.raises(TypeError, match="separate arguments"):
         _call(mode, lambda: [block([block.W @ x, block.W @ x])])
     assert _call(mode, lambda: [block([x, [1.0, 2.0, 3.0]])])[0].shape == ()   # data is a constant
+
+
+class NoOutputs(hb.HybridBlock):
+    def forward(self, x):
+        return ()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_forward_returning_nothing_is_refused_at_the_call(mode):
+    """It raised IndexError from inside the composite op's shape inference."""
+    block = NoOutputs()
+    block.hybridize()
+    with pytest.raises(hb.HybridBatchError, match="at least one value"):
+        _call(mode, lambda: [block(np.ones(3, np.float32))])
