@@ -29,6 +29,10 @@ _local = threading.local()
 _sig_by_key = signature._sig_by_key
 
 GRANULARITIES = ("op", "block", "auto")
+# Read as a constant, a computed value from outside a traced forward would lose its gradient
+# (and keep its first value for every later call), where the un-hybridized forward has both.
+_CAPTURED = ("a hybridized block's forward read a value computed outside it (a closure, global or attribute); "
+             "a trace would keep it as a constant, without its gradient: pass it to the block as an argument")
 # the Futures of a block call with 2 or 3 outputs, as one tuple display: a sixth of a
 # recorded call's time less than a list comprehension (Python 3.11 runs it as a function)
 _FUTURE_TUPLES = {2: lambda scope, nid: (Future(scope, nid), Future(scope, nid + 1)),
@@ -121,7 +125,8 @@ class batching:
                     continue
                 a = self.constant(a)
             elif a.scope is not self:
-                raise ScopeError("a Future from another batching scope was used here; futures belong "
+                raise ScopeError(_CAPTURED if self.tracing else
+                                 "a Future from another batching scope was used here; futures belong "
                                  "to the scope that recorded them (read it with .asnumpy() first)")
             i = a.id
             codes.append(g.type[i])
@@ -187,6 +192,8 @@ class batching:
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
         from .eager import Tensor
         if isinstance(value, Tensor):
+            if self.tracing and value.sig.op.executed:
+                raise ScopeError(_CAPTURED)
             value = value.value[0]
         elif isinstance(value, Future):
             if value.scope is self:

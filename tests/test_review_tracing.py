@@ -90,3 +90,39 @@ def test_a_forward_returning_nothing_is_refused_at_the_call(mode):
     block.hybridize()
     with pytest.raises(hb.HybridBatchError, match="at least one value"):
         _call(mode, lambda: [block(np.ones(3, np.float32))])
+
+
+class ReadsOutside(hb.HybridBlock):
+    """Reads a value computed outside forward (a closure would do the same)."""
+
+    def __init__(self, box):
+        super().__init__()
+        object.__setattr__(self, "box", box)     # a mutable holder, as a closure's cell
+
+    def forward(self, x):
+        return hb.sum(x * self.box[0])
+
+
+def test_a_computed_value_read_from_outside_forward_is_refused():
+    """Eagerly, the trace read a Tensor computed from a Parameter as a constant: the
+    un-hybridized block's gradient into the Parameter was silently lost."""
+    P = hb.Parameter("P", (3,), rng=np.random.default_rng(0))
+    box = [hb.tanh(P)]
+    block = ReadsOutside(box)
+    x = np.arange(3, dtype=np.float32)
+    block(x).backward()
+    assert np.abs(P.grad).sum() > 0
+    block.hybridize()
+    with pytest.raises(hb.ScopeError, match="as an argument"):
+        block(x)
+
+
+@pytest.mark.parametrize("mode", ["op", "block"])
+def test_a_recorded_value_read_from_outside_forward_says_to_pass_it(mode):
+    """The refusal advised .asnumpy(), which would bake the value and lose its gradient."""
+    block = ReadsOutside([None])
+    block.hybridize()
+    with hb.batching(granularity=mode):
+        block.box[0] = hb.tanh(hb.array(np.ones(3, np.float32)))
+        with pytest.raises(hb.ScopeError, match="as an argument"):
+            block(np.ones(3, np.float32))
