@@ -23,6 +23,7 @@ from common import add_batching_args, minibatches  # noqa: E402  (first: one thr
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
+from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
 from hybridbatch.data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging  # noqa: E402
 from hybridbatch.data.paths import find_data_file  # noqa: E402
 from hybridbatch.data.trees import Vocab  # noqa: E402
@@ -87,17 +88,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", help="folder with en_ewt-ud-{train,dev}.conllu (default: synthetic data)")
     ap.add_argument("--chars", action="store_true", help="W3: embed rare words by a character BiLSTM")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--epochs", type=int_at_least(0), default=3)
+    ap.add_argument("--batch", type=int_at_least(1), default=64)
     add_batching_args(ap)
-    ap.add_argument("--hidden", type=int, default=256, help="word embedding and LSTM size (chars: half)")
+    ap.add_argument("--hidden", type=int_at_least(2), default=256, help="word embedding and LSTM size (chars: half)")
     ap.add_argument("--lstmcell", action="store_true",
                     help="steps as nn.LSTMCell over [x; h] (default: input projections hoisted out of the "
                          "recurrence; the same model)")
-    ap.add_argument("--limit", type=int, default=1000, help="training sentences (0: all)")
-    ap.add_argument("--dev", type=int, default=300, help="held-out sentences for accuracy (0: all)")
-    ap.add_argument("--lr", type=float, default=0.5)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--limit", type=int_at_least(0), default=1000, help="training sentences (0: all)")
+    ap.add_argument("--dev", type=int_at_least(0), default=300, help="held-out sentences for accuracy (0: all)")
+    ap.add_argument("--lr", type=positive_float, default=0.5)
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
     if args.hidden % 2:
         ap.error("--hidden must be even (the char BiLSTM gives hidden / 2 per direction)")

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 import hybridbatch as hb
+from hybridbatch.cli_args import int_at_least, positive_float
 
 
 class ChainRNN:
@@ -45,7 +46,7 @@ def make_minibatch(n, input_size, classes, min_len, max_len, seed):
     """Chains of lengths min_len..max_len (both ends included); the label depends on the data."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(min_len, max_len + 1, n)
-    lengths[:2] = min_len, max_len
+    lengths[:2] = (min_len, max_len)[:n]
     data = []
     for n_steps in lengths:
         xs = [rng.standard_normal(input_size).astype(np.float32) for _ in range(n_steps)]
@@ -85,17 +86,19 @@ def measure(fn, repeat):
 
 def main():
     ap = argparse.ArgumentParser(description="Per-instance RNN over variable-length chains: eager vs batched.")
-    ap.add_argument("--chains", type=int, default=64, help="instances in the minibatch")
-    ap.add_argument("--hidden", type=int, default=64, help="hidden size")
-    ap.add_argument("--input", type=int, default=32, help="input vector size")
-    ap.add_argument("--classes", type=int, default=5)
-    ap.add_argument("--min-len", type=int, default=2)
-    ap.add_argument("--max-len", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeat", type=int, default=3, help="timed runs per mode (median shown)")
-    ap.add_argument("--steps", type=int, default=5, help="SGD steps on the minibatch afterwards (0: none)")
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--chains", type=int_at_least(1), default=64, help="instances in the minibatch")
+    ap.add_argument("--hidden", type=int_at_least(1), default=64, help="hidden size")
+    ap.add_argument("--input", type=int_at_least(1), default=32, help="input vector size")
+    ap.add_argument("--classes", type=int_at_least(1), default=5)
+    ap.add_argument("--min-len", type=int_at_least(0), default=2)
+    ap.add_argument("--max-len", type=int_at_least(0), default=40)
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
+    ap.add_argument("--repeat", type=int_at_least(1), default=3, help="timed runs per mode (median shown)")
+    ap.add_argument("--steps", type=int_at_least(0), default=5, help="SGD steps on the minibatch afterwards (0: none)")
+    ap.add_argument("--lr", type=positive_float, default=0.05)
     a = ap.parse_args()
+    if a.min_len > a.max_len:
+        ap.error(f"--min-len {a.min_len} is above --max-len {a.max_len}")
 
     model = ChainRNN(a.input, a.hidden, a.classes, a.seed)
     data = make_minibatch(a.chains, a.input, a.classes, a.min_len, a.max_len, a.seed + 1)

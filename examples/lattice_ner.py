@@ -23,6 +23,7 @@ from common import add_batching_args, run, train_epoch  # noqa: E402  (first: on
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
+from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
 from hybridbatch.bench.workload_lattice import W6Lattice  # noqa: E402
 from hybridbatch.data import DataFormatError  # noqa: E402
 
@@ -48,14 +49,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", help="folder with train.txt, dev.txt and lexicon.txt (default: synthetic lattices)")
     add_batching_args(ap)
-    ap.add_argument("--hidden", type=int, default=256,
+    ap.add_argument("--hidden", type=int_at_least(1), default=256,
                     help="size knob: 256 gives WORKLOADS.md's embedding 50 and hidden 100 (scaled by hidden / 256)")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=5)
-    ap.add_argument("--limit", type=int, default=640, help="training sentences (0: all)")
-    ap.add_argument("--dev", type=int, default=200, help="held-out sentences (0: all)")
-    ap.add_argument("--lr", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int_at_least(1), default=64)
+    ap.add_argument("--epochs", type=int_at_least(0), default=5)
+    ap.add_argument("--limit", type=int_at_least(0), default=640, help="training sentences (0: all)")
+    ap.add_argument("--dev", type=int_at_least(0), default=200, help="held-out sentences (0: all)")
+    ap.add_argument("--lr", type=positive_float, default=1.0)
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
 
     try:

@@ -23,6 +23,7 @@ from common import add_batching_args, run, train_epoch  # noqa: E402  (first: on
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
+from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
 from hybridbatch.bench.workload_nmt import W5NMT  # noqa: E402
 
 
@@ -46,13 +47,13 @@ def evaluate(workload, pairs, args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_batching_args(ap)
-    ap.add_argument("--hidden", type=int, default=256, help="embedding and LSTM size")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--limit", type=int, default=1000, help="training pairs")
-    ap.add_argument("--dev", type=int, default=200, help="held-out pairs")
-    ap.add_argument("--lr", type=float, default=0.5)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hidden", type=int_at_least(1), default=256, help="embedding and LSTM size")
+    ap.add_argument("--batch", type=int_at_least(1), default=64)
+    ap.add_argument("--epochs", type=int_at_least(0), default=2)
+    ap.add_argument("--limit", type=int_at_least(1), default=1000, help="training pairs")
+    ap.add_argument("--dev", type=int_at_least(1), default=200, help="held-out pairs")
+    ap.add_argument("--lr", type=positive_float, default=0.5)
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
 
     workload = W5NMT(hidden=args.hidden, seed=args.seed, synthetic_train=args.limit, synthetic_dev=args.dev)

@@ -19,6 +19,7 @@ from common import add_batching_args, run, train_epoch  # noqa: E402  (first: on
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
+from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
 from hybridbatch.bench.registry import make_workload  # noqa: E402
 
 MODELS = {"treelstm": "W1", "treegru": "W4-TREEGRU", "2type": "W4-2TYPE", "mvrnn": "W4-MVRNN"}
@@ -44,13 +45,13 @@ def main():
     ap.add_argument("--model", choices=sorted(MODELS), default="treelstm",
                     help="W1 Tree-LSTM, or W4: Tree-GRU, two-type Tree-LSTM, MV-RNN")
     add_batching_args(ap)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--limit", type=int, default=640, help="training trees (0: all)")
-    ap.add_argument("--dev-limit", type=int, default=300, help="dev trees (0: all)")
-    ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hidden", type=int_at_least(1), default=256)
+    ap.add_argument("--batch", type=int_at_least(1), default=64)
+    ap.add_argument("--epochs", type=int_at_least(0), default=1)
+    ap.add_argument("--limit", type=int_at_least(0), default=640, help="training trees (0: all)")
+    ap.add_argument("--dev-limit", type=int_at_least(0), default=300, help="dev trees (0: all)")
+    ap.add_argument("--lr", type=positive_float, default=0.05)
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
 
     workload = make_workload(MODELS[args.model], hidden=args.hidden, data_dir=args.data, seed=args.seed,

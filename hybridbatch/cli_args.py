@@ -1,6 +1,8 @@
 """argparse types shared by the command lines: `python -m hybridbatch.bench` and the
-training examples take the same --policy values, checked by the one function here."""
+training examples take the same --policy values and the same ranges of sizes and counts,
+checked by the functions here."""
 import argparse
+import math
 import os
 
 from .schedule import POLICIES
@@ -19,3 +21,28 @@ def policy_arg(value):
             raise argparse.ArgumentTypeError(str(e)) from None
     raise argparse.ArgumentTypeError(f"{value!r} is neither a policy ({', '.join(sorted(POLICIES))}) "
                                      f"nor a saved FSM policy file")
+
+
+def int_at_least(low):
+    """An argparse type: an integer >= low. A size or count out of range would otherwise
+    die deep in a run (--hidden 0 in a ZeroDivisionError) rather than as a usage error."""
+    def parse(value):
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or n < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value!r}")
+        return n
+    return parse
+
+
+def positive_float(value):
+    """An argparse type for --lr: a finite number > 0 (0, negative or nan would not train)."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
+    return x

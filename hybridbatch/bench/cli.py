@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 
-from ..cli_args import policy_arg
+from ..cli_args import int_at_least, policy_arg, positive_float
 from ..schedule import POLICIES
 from .harness import Config, run_benchmark
 from .policies import WORKLOADS as POLICY_WORKLOADS, compare_policies, format_policies, plot_policies
@@ -35,31 +34,6 @@ batches executed against the lower bound, policy learning time, scheduling time 
 agenda and training throughput (not for search, whose planning is far slower than the
 rest); it writes a bar chart PNG.
 """
-
-
-def int_at_least(low):
-    """An argparse type: an integer >= low. A size or count out of range would otherwise
-    die deep in a run (--hidden 0 in a ZeroDivisionError) rather than as a usage error."""
-    def parse(value):
-        try:
-            n = int(value)
-        except ValueError:
-            n = None
-        if n is None or n < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value!r}")
-        return n
-    return parse
-
-
-def positive_float(value):
-    """An argparse type for --lr: a finite number > 0 (0, negative or nan would not train)."""
-    try:
-        x = float(value)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
-    return x
 
 
 def build_parser():
