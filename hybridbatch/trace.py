@@ -49,14 +49,15 @@ class BlockInt:
     def __init__(self, j):
         self.code = -2 - j
 
-    def _not_a_value(self, *other):
+    def _not_a_value(self, *other, **kwargs):
         """Its value differs per call, so forward cannot read it: int(), indexing, and also
-        truth tests and ==/!= (which would otherwise pick one branch for every later call)."""
+        truth tests and ==/!= (which would otherwise pick one branch for every later call),
+        and np.asarray (an operand such as `x * n`, else an object array)."""
         raise TypeError("an integer argument of a hybridized block can only be used as an op index "
                         "(hb.lookup, hb.pick, a label) inside forward; its value is not known "
                         "while tracing, so it cannot decide a branch")
 
-    __index__ = __int__ = __bool__ = __eq__ = __ne__ = _not_a_value
+    __index__ = __int__ = __bool__ = __eq__ = __ne__ = __array__ = _not_a_value
     __hash__ = object.__hash__
 
 

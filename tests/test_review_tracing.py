@@ -126,3 +126,17 @@ def test_a_recorded_value_read_from_outside_forward_says_to_pass_it(mode):
         block.box[0] = hb.tanh(hb.array(np.ones(3, np.float32)))
         with pytest.raises(hb.ScopeError, match="as an argument"):
             block(np.ones(3, np.float32))
+
+
+class ScaleByInt(hb.HybridBlock):
+    def forward(self, x, n):
+        return x * n
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_integer_argument_used_as_a_value_says_why(mode):
+    """It was read as an object-dtype constant: a ShapeError about dtype object."""
+    block = ScaleByInt()
+    block.hybridize()
+    with pytest.raises(TypeError, match="op index"):
+        _call(mode, lambda: [block(np.ones(3, np.float32), 2)])
