@@ -33,7 +33,7 @@ def _forget_traces():
 
 class Block:
     """Base of every model piece. Assigning a Parameter or a Block to an attribute registers
-    it; assigning any attribute drops the traced programs (see _forget_traces)."""
+    it; assigning or deleting any attribute drops the traced programs (see _forget_traces)."""
 
     def __init__(self):
         object.__setattr__(self, "_children", {})
@@ -43,13 +43,22 @@ class Block:
         if "_children" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() "
                                f"before assigning attributes")
-        self._children.pop(name, None)
-        self._params.pop(name, None)
+        self._unregister(name)
         if isinstance(value, Block):
             self._children[name] = value
         elif isinstance(value, Parameter):
             self._params[name] = value
         object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        object.__delattr__(self, name)
+        self._unregister(name)
+
+    def _unregister(self, name):
+        """Forget the Block or Parameter registered as `name`, and every trace: forward may
+        have read the attribute (see _forget_traces)."""
+        self._children.pop(name, None)
+        self._params.pop(name, None)
         if _traced:
             _forget_traces()
 

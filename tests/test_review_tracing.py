@@ -140,3 +140,23 @@ def test_an_integer_argument_used_as_a_value_says_why(mode):
     block.hybridize()
     with pytest.raises(TypeError, match="op index"):
         _call(mode, lambda: [block(np.ones(3, np.float32), 2)])
+
+
+class OptionalProjection(hb.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.proj = hb.nn.Dense(3, 3, seed=0)
+
+    def forward(self, x):
+        return self.proj(x) if hasattr(self, "proj") else hb.tanh(x)
+
+
+def test_deleting_an_attribute_drops_the_traces_and_its_registration():
+    """del kept the traces: the hybridized block still applied the deleted child."""
+    block = OptionalProjection()
+    block.hybridize()
+    x = np.linspace(-1, 1, 3).astype(np.float32)
+    block(x)
+    del block.proj
+    np.testing.assert_allclose(block(x).asnumpy(), np.tanh(x), rtol=1e-6)
+    assert block.parameters() == [] and block.children() == {}
