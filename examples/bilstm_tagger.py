@@ -14,18 +14,17 @@ Words seen fewer than 5 times in the training sentences are UNK (W2) or embedded
 character BiLSTM (W3, `--chars`). `--limit 0` trains on every sentence.
 """
 import argparse
-import sys
 import time
 from collections import Counter
 
-from common import add_batching_args, minibatches  # noqa: E402  (first: one thread, repository on the path)
+from common import add_batching_args, load_or_exit, minibatches  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
 from hybridbatch.data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging  # noqa: E402
-from hybridbatch.data.paths import find_data_file  # noqa: E402
+from hybridbatch.data.paths import read_data_file  # noqa: E402
 from hybridbatch.data.trees import Vocab  # noqa: E402
 from hybridbatch.models.bilstm_tagger import BiLSTMTagger  # noqa: E402
 
@@ -33,11 +32,8 @@ from hybridbatch.models.bilstm_tagger import BiLSTMTagger  # noqa: E402
 def load(args):
     """(train, dev) lists of (words, tags)."""
     if args.data:
-        try:
-            train = read_conllu(find_data_file(args.data, "ud_english_ewt", "en_ewt-ud-train.conllu"))
-            dev = read_conllu(find_data_file(args.data, "ud_english_ewt", "en_ewt-ud-dev.conllu"))
-        except FileNotFoundError as e:
-            sys.exit(str(e))
+        train = read_data_file(args.data, "ud_english_ewt", "en_ewt-ud-train.conllu", read_conllu)
+        dev = read_data_file(args.data, "ud_english_ewt", "en_ewt-ud-dev.conllu", read_conllu)
     else:
         n_train = args.limit or 4000
         sents = synthetic_tagging(n_train + args.dev, seed=args.seed)
@@ -103,7 +99,7 @@ def main():
     if args.hidden % 2:
         ap.error("--hidden must be even (the char BiLSTM gives hidden / 2 per direction)")
 
-    train, dev = load(args)
+    train, dev = load_or_exit(lambda: load(args))
     counts = Counter(w for words, _ in train for w in words)
     word_vocab = Vocab.build(counts, min_count=5)
     char_vocab = Vocab.build(Counter(ch for w in counts for ch in w)) if args.chars else None

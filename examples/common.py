@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.cli_args import policy_arg  # noqa: E402
+from hybridbatch.data import DataFormatError  # noqa: E402
 from hybridbatch.schedule import POLICIES  # noqa: E402
 
 
@@ -23,6 +24,16 @@ def add_batching_args(ap):
     ap.add_argument("--policy", type=policy_arg, default="agenda",
                     help=f"{', '.join(sorted(POLICIES))}, or a saved FSM policy file (agenda)")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
+
+
+def load_or_exit(load):
+    """load() (which reads --data), ending the script with the reader's one-line message
+    (file:line:column, what was expected) rather than a traceback when --data names no data
+    folder or holds a malformed or empty file."""
+    try:
+        return load()
+    except (FileNotFoundError, DataFormatError) as e:
+        sys.exit(str(e))
 
 
 def minibatches(items, size, rng):

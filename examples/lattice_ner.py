@@ -16,16 +16,14 @@ line between sentences (e.g. Weibo NER), `lexicon.txt` one word per line; DIR ma
 their parent folder holding `lattice_ner/`.
 """
 import argparse
-import sys
 
-from common import add_batching_args, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+from common import add_batching_args, load_or_exit, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
 from hybridbatch.bench.workload_lattice import W6Lattice  # noqa: E402
-from hybridbatch.data import DataFormatError  # noqa: E402
 
 
 def accuracy(workload, sentences, args):
@@ -59,12 +57,9 @@ def main():
     ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
 
-    try:
-        workload = W6Lattice(hidden=args.hidden, data_dir=args.data, seed=args.seed,
-                             train_sentences=args.limit or None, dev_sentences=args.dev or None,
-                             synthetic_train=args.limit or 2000, synthetic_dev=args.dev or 200)
-    except (FileNotFoundError, DataFormatError) as e:
-        sys.exit(str(e))
+    workload = load_or_exit(lambda: W6Lattice(hidden=args.hidden, data_dir=args.data, seed=args.seed,
+                                              train_sentences=args.limit or None, dev_sentences=args.dev or None,
+                                              synthetic_train=args.limit or 2000, synthetic_dev=args.dev or 200))
     workload.hybridize()
     train, dev = workload.train_instances(), workload.dev_instances()
     trainer = hb.Trainer(workload.parameters(), "sgd", {"learning_rate": args.lr, "clip_global_norm": 5.0})

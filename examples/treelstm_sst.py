@@ -14,7 +14,7 @@ roots).
 """
 import argparse
 
-from common import add_batching_args, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+from common import add_batching_args, load_or_exit, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
@@ -54,8 +54,9 @@ def main():
     ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
 
-    workload = make_workload(MODELS[args.model], hidden=args.hidden, data_dir=args.data, seed=args.seed,
-                             train_trees=args.limit or None, dev_trees=args.dev_limit or None)
+    workload = load_or_exit(lambda: make_workload(MODELS[args.model], hidden=args.hidden, data_dir=args.data,
+                                                  seed=args.seed, train_trees=args.limit or None,
+                                                  dev_trees=args.dev_limit or None))
     workload.hybridize()
     train, dev = workload.train_instances(), workload.dev_instances()
     batched = args.mode == "batched"

@@ -45,3 +45,53 @@ def test_chains_example_runs_a_single_chain():
     done = run_example("chains.py", "--chains", "1", "--max-len", "4", "--repeat", "1", "--steps", "0")
     assert done.returncode == 0, done.stderr
     assert "1 chains, lengths 2..2" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# --data: a wrong folder, a malformed file, an empty file
+# ---------------------------------------------------------------------------------------------
+
+BENCH_TINY = ["--hidden", "8", "--batch", "4", "--instances", "4", "--warmup", "0", "--repeats", "1",
+              "--eager-instances", "2", "--eager-warmup", "0", "--gemm-repeats", "1", "--no-progress"]
+
+
+def _sst_dir(tmp_path, train, dev="(3 (2 a) (2 b))\n"):
+    (tmp_path / "train.txt").write_text(train)
+    (tmp_path / "dev.txt").write_text(dev)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("script, files, message", [
+    ("treelstm_sst.py", {}, "train.txt is neither in"),
+    ("treelstm_sst.py", {"train.txt": "(3 (2 a) (2 b)\n", "dev.txt": "(1 x)\n"},
+     "train.txt:1:15: expected ')' closing the node opened at column 1"),
+    ("treelstm_sst.py", {"train.txt": "\n", "dev.txt": "(1 x)\n"}, "train.txt: expected at least one instance"),
+    ("treelstm_sst.py", {"train.txt": "(1 x)\n", "dev.txt": ""}, "dev.txt: expected at least one instance"),
+    ("bilstm_tagger.py", {"en_ewt-ud-train.conllu": "# only a comment\n", "en_ewt-ud-dev.conllu": ""},
+     "en_ewt-ud-train.conllu: expected at least one instance"),
+    ("bilstm_tagger.py", {"en_ewt-ud-train.conllu": "(3 (2 a) (2 b))\n", "en_ewt-ud-dev.conllu": ""},
+     "en_ewt-ud-train.conllu:1:1: expected 10 tab-separated columns"),
+    ("lattice_ner.py", {"train.txt": "", "dev.txt": "a O\n", "lexicon.txt": "ab\n"},
+     "train.txt: expected at least one instance"),
+])
+def test_example_data_problem_is_one_line_not_a_traceback(tmp_path, script, files, message):
+    """A wrong --data folder or a malformed file died in a traceback (FileNotFoundError,
+    DataFormatError); an empty file trained on nothing and died dividing by zero."""
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    done = run_example(script, "--data", str(tmp_path), "--hidden", "8", "--epochs", "1")
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("workload, train, message", [
+    ("W1", None, "train.txt is neither in"),
+    ("W1", "", "train.txt: expected at least one instance"),
+    ("w4-treegru", "(3 (2 a) (2 b)\n", "train.txt:1:15: expected ')'"),
+])
+def test_bench_data_problem_is_an_error_message(tmp_path, capsys, workload, train, message):
+    from hybridbatch.bench import cli
+    data = str(tmp_path) if train is None else _sst_dir(tmp_path, train)
+    assert cli.main([workload, "--data", data, *BENCH_TINY]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err

@@ -7,6 +7,7 @@ import os
 import sys
 
 from ..cli_args import int_at_least, policy_arg, positive_float
+from ..data import DataFormatError
 from ..schedule import POLICIES
 from .harness import Config, run_benchmark
 from .policies import WORKLOADS as POLICY_WORKLOADS, compare_policies, format_policies, plot_policies
@@ -137,7 +138,7 @@ def main(argv=None):
             sweep = run_sweep(cfg, args.sweep, progress=progress)
             return _report_with_plot(sweep, args, plot_sweep, format_sweep, f"sweep_{cfg.workload.upper()}.png")
         res = run_benchmark(cfg, progress=progress)
-    except UnknownWorkload as e:
+    except (UnknownWorkload, FileNotFoundError, DataFormatError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_result(res))

@@ -15,7 +15,7 @@ from collections import Counter
 from typing import NamedTuple
 
 from ..data.lattice import WEIBO_TAGS, read_lattices, synthetic_lattices
-from ..data.paths import find_data_file
+from ..data.paths import find_data_file, read_data_file
 from ..data.trees import Vocab
 from ..models.lattice_lstm import LatticeLSTMTagger
 from .workload import Workload, scaled
@@ -32,7 +32,7 @@ class EncodedLattice(NamedTuple):
 
 def _real(data_dir):
     lexicon = find_data_file(data_dir, "lattice_ner", "lexicon.txt")
-    return tuple(read_lattices(find_data_file(data_dir, "lattice_ner", name), lexicon)
+    return tuple(read_data_file(data_dir, "lattice_ner", name, lambda path: read_lattices(path, lexicon))
                  for name in ("train.txt", "dev.txt"))
 
 

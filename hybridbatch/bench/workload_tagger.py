@@ -16,7 +16,7 @@ from typing import NamedTuple
 from ..data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging
 from ..data.trees import Vocab
 from ..models.bilstm_tagger import BiLSTMTagger
-from ..data.paths import find_data_file
+from ..data.paths import read_data_file
 from .workload import Workload
 
 __all__ = ["TaggedSentence", "W2Tagger", "W3Tagger", "MIN_COUNT"]
@@ -39,8 +39,8 @@ class _TaggerWorkload(Workload):
                  synthetic_train=4000, synthetic_dev=500, hoist=True):
         super().__init__(hidden, data_dir, seed)
         if data_dir is not None:
-            train = read_conllu(find_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-train.conllu"))
-            dev = read_conllu(find_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-dev.conllu"))
+            train = read_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-train.conllu", read_conllu)
+            dev = read_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-dev.conllu", read_conllu)
         else:
             sents = synthetic_tagging(synthetic_train + synthetic_dev, seed=seed)
             train, dev = sents[:synthetic_train], sents[synthetic_train:]

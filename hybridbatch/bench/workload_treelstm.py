@@ -14,7 +14,7 @@ import os
 
 from ..data.trees import Vocab, read_ptb_trees, synthetic_sst
 from ..models.tree_lstm import TreeLSTMSentiment
-from ..data.paths import find_data_file
+from ..data.paths import read_data_file
 from .workload import Workload
 
 __all__ = ["TreeWorkload", "W1TreeLSTM", "tree_counts", "CLASSES"]
@@ -26,8 +26,8 @@ CLASSES = 5
 def _load(data_dir, seed, synthetic_train, synthetic_dev):
     """(train trees, dev trees), cached so that a sweep reads / generates the data once."""
     if data_dir is not None:
-        return (tuple(read_ptb_trees(find_data_file(data_dir, "sst", "train.txt"))),
-                tuple(read_ptb_trees(find_data_file(data_dir, "sst", "dev.txt"))))
+        return (tuple(read_data_file(data_dir, "sst", "train.txt", read_ptb_trees)),
+                tuple(read_data_file(data_dir, "sst", "dev.txt", read_ptb_trees)))
     return (tuple(synthetic_sst(synthetic_train, seed=seed)),
             tuple(synthetic_sst(synthetic_dev, seed=seed + 7919)))
 

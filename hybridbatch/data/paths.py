@@ -4,7 +4,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["shared_data_dir", "find_data_file", "ENV_VAR"]
+from .errors import DataFormatError, described
+
+__all__ = ["shared_data_dir", "find_data_file", "read_data_file", "ENV_VAR"]
 
 ENV_VAR = "HYBRIDBATCH_DATA"
 
@@ -31,3 +33,14 @@ def find_data_file(data_dir, subfolder, name) -> str:
         if os.path.isfile(p):
             return p
     raise FileNotFoundError(f"{name} is neither in {data_dir} nor in {os.path.join(data_dir, subfolder)}")
+
+
+def read_data_file(data_dir, subfolder, name, reader) -> list:
+    """reader(the file `find_data_file` finds): its instances. A file that holds none is a
+    `DataFormatError`: training or evaluating on nothing fails far from the cause (a loss
+    per instance dividing by zero)."""
+    path = find_data_file(data_dir, subfolder, name)
+    items = reader(path)
+    if not items:
+        raise DataFormatError("at least one instance", found=described("none"), filename=path)
+    return items
