@@ -28,6 +28,8 @@ from hybridbatch.data.paths import read_data_file  # noqa: E402
 from hybridbatch.data.trees import Vocab  # noqa: E402
 from hybridbatch.models.bilstm_tagger import BiLSTMTagger  # noqa: E402
 
+SYNTHETIC_DEV = 300     # held-out synthetic sentences: the --dev default, and "all" of --dev 0
+
 
 def load(args):
     """(train, dev) lists of (words, tags)."""
@@ -36,7 +38,7 @@ def load(args):
         dev = read_data_file(args.data, "ud_english_ewt", "en_ewt-ud-dev.conllu", read_conllu)
     else:
         n_train = args.limit or 4000
-        sents = synthetic_tagging(n_train + args.dev, seed=args.seed)
+        sents = synthetic_tagging(n_train + (args.dev or SYNTHETIC_DEV), seed=args.seed)
         train, dev = sents[:n_train], sents[n_train:]
     if args.limit:
         train = train[:args.limit]
@@ -92,7 +94,7 @@ def main():
                     help="steps as nn.LSTMCell over [x; h] (default: input projections hoisted out of the "
                          "recurrence; the same model)")
     ap.add_argument("--limit", type=int_at_least(0), default=1000, help="training sentences (0: all)")
-    ap.add_argument("--dev", type=int_at_least(0), default=300, help="held-out sentences for accuracy (0: all)")
+    ap.add_argument("--dev", type=int_at_least(0), default=SYNTHETIC_DEV, help="held-out sentences for accuracy (0: all)")
     ap.add_argument("--lr", type=positive_float, default=0.5)
     ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
