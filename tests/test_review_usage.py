@@ -104,3 +104,29 @@ def test_tagger_example_dev_0_on_synthetic_data_still_evaluates():
     assert done.returncode == 0, done.stderr
     assert "8 train / 300 dev sentences" in done.stdout
     assert "dev accuracy before training: 0.000" not in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m hybridbatch.bench: outputs
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_bench_unwritable_output_is_refused_before_the_run(tmp_path, capsys, flag, where):
+    """--json and --plot are written after the whole run; a path that cannot be written
+    (a folder, a path under a file) died in a traceback after minutes of measuring."""
+    from hybridbatch.bench import cli
+    (tmp_path / "f").write_text("")
+    path = tmp_path if where == "a folder" else tmp_path / "f" / "out.json"
+    with pytest.raises(SystemExit) as e:
+        cli.main(["W1", *BENCH_TINY, "--synthetic-train", "4", flag, str(path)])
+    assert e.value.code == 2
+    out, err = capsys.readouterr()
+    assert f"argument {flag}: cannot write" in err and "inst/s" not in out
+
+
+def test_bench_output_folder_is_created(tmp_path, capsys):
+    from hybridbatch.bench import cli
+    out = tmp_path / "new" / "deeper" / "w1.json"
+    assert cli.main(["W1", *BENCH_TINY, "--synthetic-train", "4", "--json", str(out)]) == 0
+    assert out.is_file()

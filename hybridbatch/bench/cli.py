@@ -37,6 +37,22 @@ rest); it writes a bar chart PNG.
 """
 
 
+def output_file(value):
+    """An argparse type for --json and --plot: a file path that can be written, its folder
+    created now. They are written after the run, which would otherwise die on a bad path
+    after minutes of measuring."""
+    folder = os.path.dirname(os.path.abspath(value))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write {value!r}: cannot create the folder {folder} "
+                                         f"({e.strerror})") from None
+    if os.path.isdir(value) or not os.access(folder, os.W_OK):
+        why = "it is a folder" if os.path.isdir(value) else f"{folder} is not writable"
+        raise argparse.ArgumentTypeError(f"cannot write {value!r}: {why}")
+    return value
+
+
 def build_parser():
     ap = argparse.ArgumentParser(prog="python -m hybridbatch.bench", epilog=EPILOG,
                                  description="Benchmark a reference workload, batched vs eager.",
@@ -57,7 +73,7 @@ def build_parser():
                     help="recording granularity (default: the workload's, block for W1-W3)")
     ap.add_argument("--data", metavar="DIR", default=None,
                     help="folder of the real data (W1: the SST folder); default: synthetic data")
-    ap.add_argument("--json", metavar="FILE", help="write every figure (and machine info) here")
+    ap.add_argument("--json", metavar="FILE", type=output_file, help="write every figure (and machine info) here")
     ap.add_argument("--instances", type=int_at_least(1), default=1280, help="measured instances per run (1280)")
     ap.add_argument("--warmup", type=int_at_least(0), default=128, help="warm-up instances (128)")
     ap.add_argument("--repeats", type=int_at_least(1), default=3, help="runs; figures are medians (3)")
@@ -67,7 +83,7 @@ def build_parser():
     ap.add_argument("--no-eager", action="store_true", help="skip the eager runs (no speedups)")
     ap.add_argument("--sweep", choices=sorted(SWEEPS),
                     help="hidden: 32..512; batch: 1..256 (WORKLOADS.md variants); writes a PNG")
-    ap.add_argument("--plot", metavar="PNG", help="plot path for --sweep and policies (default: next to "
+    ap.add_argument("--plot", metavar="PNG", type=output_file, help="plot path for --sweep and policies (default: next to "
                                                   "--json, or sweep_<WORKLOAD>.png / policies.png)")
     ap.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate (0.05)")
     ap.add_argument("--seed", type=int_at_least(0), default=0)
@@ -96,8 +112,6 @@ def config_from_args(args):
 
 
 def _write_json(path, obj):
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
     with open(path, "w") as f:
         json.dump(obj, f, indent=2, allow_nan=True)
         f.write("\n")
