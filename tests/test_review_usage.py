@@ -130,3 +130,18 @@ def test_bench_output_folder_is_created(tmp_path, capsys):
     out = tmp_path / "new" / "deeper" / "w1.json"
     assert cli.main(["W1", *BENCH_TINY, "--synthetic-train", "4", "--json", str(out)]) == 0
     assert out.is_file()
+
+
+def test_bench_json_is_strict_json(tmp_path):
+    """A diverged loss (NaN) or a rate over zero seconds (inf) was written as a bare NaN /
+    Infinity, which no strict JSON parser reads; such a figure is now null."""
+    import json
+    from hybridbatch.bench import cli
+    out = tmp_path / "res.json"
+    cli._write_json(str(out), {"loss_per_instance": float("nan"), "speedup": {"train": float("inf")},
+                               "throughput_runs": [12.5, float("-inf")], "instances": 4})
+
+    def refuse(name):
+        raise AssertionError(f"{name} in the JSON")
+    assert json.loads(out.read_text(), parse_constant=refuse) == {
+        "loss_per_instance": None, "speedup": {"train": None}, "throughput_runs": [12.5, None], "instances": 4}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -111,9 +112,21 @@ def config_from_args(args):
                   workload_options=options)
 
 
+def _finite(obj):
+    """obj with every NaN / inf float (a diverged loss, a rate over zero seconds) as None:
+    JSON has no such numbers, and a bare NaN is refused by strict parsers."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _write_json(path, obj):
     with open(path, "w") as f:
-        json.dump(obj, f, indent=2, allow_nan=True)
+        json.dump(_finite(obj), f, indent=2, allow_nan=False)
         f.write("\n")
 
 
