@@ -145,3 +145,26 @@ def test_bench_json_is_strict_json(tmp_path):
         raise AssertionError(f"{name} in the JSON")
     assert json.loads(out.read_text(), parse_constant=refuse) == {
         "loss_per_instance": None, "speedup": {"train": None}, "throughput_runs": [12.5, None], "instances": 4}
+
+
+# ---------------------------------------------------------------------------------------------
+# python -m hybridbatch.bench: flags that do not apply
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["policies", "--sweep", "hidden"], "--sweep applies to one workload's benchmark, not to policies"),
+    (["policies", "--policy", "depth"], "--policy applies to one workload's benchmark, not to policies"),
+    (["POLICIES", "--instances", "16"], "--instances applies to one workload's benchmark, not to policies"),
+    (["policies", "--no-eager"], "--no-eager applies to one workload's benchmark, not to policies"),
+    (["W1", "--workloads", "W2"], "--workloads applies to policies only"),
+    (["w2", "--no-throughput"], "--no-throughput applies to policies only"),
+    (["W1", "--plot", "w1.png"], "--plot applies to --sweep and policies only"),
+])
+def test_bench_flag_that_does_not_apply_is_a_usage_error(capsys, argv, message):
+    """These were accepted and silently ignored: `policies --sweep hidden` ran the policy
+    comparison, `W1 --workloads W2` benchmarked W1, `W1 --plot x.png` wrote no plot."""
+    from hybridbatch.bench import cli
+    with pytest.raises(SystemExit) as e:
+        cli.main([*argv, "--no-progress"])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err

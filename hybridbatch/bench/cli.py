@@ -98,6 +98,25 @@ def build_parser():
     return ap
 
 
+# flags of one workload's benchmark, and of the policies comparison: given to the other
+# command, they would be silently ignored
+SINGLE_ONLY = ("policy", "granularity", "instances", "warmup", "repeats", "eager_instances", "eager_warmup",
+               "no_eager", "sweep", "gemm_repeats", "synthetic_train", "synthetic_dev", "no_check")
+POLICIES_ONLY = ("workloads", "eval_batches", "no_throughput")
+
+
+def check_flags_apply(ap, args):
+    """A usage error for a flag (not at its default) that the command given does not read."""
+    policies = args.workload == "POLICIES"
+    for dest in SINGLE_ONLY if policies else POLICIES_ONLY:
+        if getattr(args, dest) != ap.get_default(dest):
+            flag = "--" + dest.replace("_", "-")
+            ap.error(f"{flag} applies to one workload's benchmark, not to policies" if policies
+                     else f"{flag} applies to policies only")
+    if args.plot and not (policies or args.sweep):
+        ap.error("--plot applies to --sweep and policies only")
+
+
 def config_from_args(args):
     options = {}
     if args.synthetic_train is not None:
@@ -155,7 +174,9 @@ def _policies(args, progress):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    check_flags_apply(ap, args)
     cfg = config_from_args(args)
     progress = not args.no_progress
     try:
