@@ -168,3 +168,12 @@ def test_bench_flag_that_does_not_apply_is_a_usage_error(capsys, argv, message):
         cli.main([*argv, "--no-progress"])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("workloads", [",", " ", ""])
+def test_policies_with_no_workload_named_is_an_error(tmp_path, capsys, workloads):
+    """`--workloads ,` compared nothing and wrote an empty table, plot and JSON."""
+    from hybridbatch.bench import cli
+    out = tmp_path / "p.json"
+    assert cli.main(["policies", "--workloads", workloads, "--no-progress", "--json", str(out)]) == 2
+    assert "names no workload" in capsys.readouterr().err and not out.exists()

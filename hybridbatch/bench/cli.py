@@ -164,6 +164,8 @@ def _report_with_plot(res, args, plot_fn, format_fn, default_png):
 
 def _policies(args, progress):
     names = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
+    if not names:
+        raise UnknownWorkload(f"--workloads names no workload; expected some of {', '.join(WORKLOADS)}")
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
         raise UnknownWorkload(f"unknown workload(s) {unknown}; expected some of {', '.join(WORKLOADS)}")
