@@ -11,7 +11,8 @@ from ..cli_args import int_at_least, policy_arg, positive_float
 from ..data import DataFormatError
 from ..schedule import POLICIES
 from .harness import Config, run_benchmark
-from .policies import WORKLOADS as POLICY_WORKLOADS, compare_policies, format_policies, plot_policies
+from .policies import (WORKLOADS as POLICY_WORKLOADS, TooFewInstances, compare_policies, format_policies,
+                       plot_policies)
 from .registry import WORKLOADS, UnknownWorkload
 from .report import format_result, format_sweep
 from .sweep import SWEEPS, plot_sweep, run_sweep
@@ -188,7 +189,7 @@ def main(argv=None):
             sweep = run_sweep(cfg, args.sweep, progress=progress)
             return _report_with_plot(sweep, args, plot_sweep, format_sweep, f"sweep_{cfg.workload.upper()}.png")
         res = run_benchmark(cfg, progress=progress)
-    except (UnknownWorkload, FileNotFoundError, DataFormatError) as e:
+    except (UnknownWorkload, TooFewInstances, FileNotFoundError, DataFormatError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(format_result(res))

@@ -38,6 +38,10 @@ POLICIES = {
 SEARCH_ONLY_ONCE = {"search"}   # hundreds of times agenda's time: one timed round, no training runs
 
 
+class TooFewInstances(ValueError):
+    """A workload's training set holds fewer instances than the comparison's minibatches need."""
+
+
 def _vs_agenda(rounds):
     """Per policy, the median over rounds of its time / agenda's time in the same round:
     the policies take turns within a round, so the host's drift (20% within minutes here)
@@ -112,7 +116,9 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
     pool = list(wl.train_instances())
     need = batch * (LEARN_BATCHES + eval_batches + 1 + MEASURED_BATCHES)
     if len(pool) < need:
-        raise ValueError(f"{name}: {len(pool)} training instances, the comparison needs {need}")
+        raise TooFewInstances(f"{name}: {len(pool)} training instances, the comparison needs {need} "
+                              f"({LEARN_BATCHES + eval_batches + 1 + MEASURED_BATCHES} minibatches of "
+                              f"{batch}); use a smaller --batch or --eval-batches")
     learn_on = pool[:batch * LEARN_BATCHES]
     judged = _minibatches(pool[batch * LEARN_BATCHES:batch * (LEARN_BATCHES + eval_batches)], batch)
     measured = pool[batch * (LEARN_BATCHES + eval_batches):need]
