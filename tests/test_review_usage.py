@@ -187,3 +187,39 @@ def test_policies_with_a_batch_too_big_for_the_data_is_an_error(capsys):
                      "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: W6: 2000 training instances, the comparison needs 5632") and "--batch" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# data readers: a UTF-8 byte order mark (as Windows editors write)
+# ---------------------------------------------------------------------------------------------
+
+BOM = "\ufeff"
+CONLLU = "# text = The dog\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_\n"
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_readers_skip_a_utf8_byte_order_mark(tmp_path, newline):
+    """read_lexicon kept the mark in its first word (which then never matched); the other
+    readers refused the file with a misleading error at line 1 column 1."""
+    from hybridbatch.data import read_clevr_programs, read_conllu, read_ptb_trees
+    from hybridbatch.data.lattice import read_char_ner, read_lexicon
+
+    def write(name, text):
+        path = tmp_path / name
+        path.write_bytes((BOM + text).replace("\n", newline).encode("utf-8"))
+        return path
+    assert read_lexicon(write("lexicon.txt", "北京\n上海\n")) == ["北京", "上海"]
+    assert read_char_ner(write("ner.txt", "北 B-GPE.NAM\n京 I-GPE.NAM\n")) == [("北京", ["B-GPE.NAM", "I-GPE.NAM"])]
+    assert [t.to_ptb() for t in read_ptb_trees(write("t.txt", "(3 (2 a) (2 b))\n"))] == ["(3 (2 a) (2 b))"]
+    assert [[t.form for t in s] for s in read_conllu(write("c.conllu", CONLLU))] == [["The", "dog"]]
+    assert read_conllu(write("d.conllu", CONLLU.split("\n", 1)[1]))[0][0].form == "The"
+    programs = read_clevr_programs(write("p.json", '{"questions": [{"program": [{"type": "scene"}]}]}'))
+    assert [[n.function for n in p] for p in programs] == [["scene"]]
+
+
+def test_reader_error_after_a_byte_order_mark_points_at_the_right_byte(tmp_path):
+    from hybridbatch.data import DataFormatError, read_ptb_trees
+    path = tmp_path / "t.txt"
+    path.write_bytes(BOM.encode() + b"(3 (2 a) (2 b))\n(2 \xff)\n")
+    with pytest.raises(DataFormatError, match=r"t.txt:2: expected UTF-8 text, found byte 0xff at byte column 4"):
+        read_ptb_trees(path)

@@ -93,7 +93,7 @@ def read_clevr_programs(path_or_dir: str | os.PathLike, *,
     programs: list[list[ProgramNode]] = []
     for fn in _json_files(path_or_dir):
         try:
-            with open(fn, encoding="utf-8") as f:
+            with open(fn, encoding="utf-8-sig") as f:      # -sig: skip a byte order mark
                 data = json.load(f)
         except json.JSONDecodeError as e:
             raise DataFormatError(f"valid JSON ({e.msg})", filename=fn, lineno=e.lineno,

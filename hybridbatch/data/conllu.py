@@ -73,7 +73,7 @@ def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
         cur.clear()
         cur_lines.clear()
 
-    with open(path, encoding="utf-8", newline=None) as f, _gc_paused():
+    with open(path, encoding="utf-8-sig", newline=None) as f, _gc_paused():     # -sig: skip a BOM
         lineno = 0
         try:
             for line in f:

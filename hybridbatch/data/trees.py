@@ -246,12 +246,13 @@ def _utf8_error(data: bytes, filename: str, e: UnicodeDecodeError) -> DataFormat
 
 
 def _read_text(path: str | os.PathLike) -> str:
+    """The file as UTF-8, without the byte order mark some Windows editors write first."""
     with open(path, "rb") as f:
         data = f.read()
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise _utf8_error(data, os.fspath(path), e) from None
+        raise _utf8_error(e.object, os.fspath(path), e) from None     # e.object: without the mark
 
 
 def read_ptb_trees(path: str | os.PathLike) -> list[Tree]:
