@@ -1,11 +1,11 @@
 """The op functions users call. Each records a node inside a scope, or runs eagerly outside."""
-import operator
 
 import numpy as np
 
 from .eager import Tensor, constant as _eager_constant, apply as _eager_apply
 from .future import Future
 from .ops import elementwise as E, linalg as L, shape as S, index as I, custom as C
+from .ops.registry import as_int
 from .ops.shape import normalize_index
 from .parameter import Parameter
 from .schedule.fsm import FSMPolicy  # noqa: F401  (public: hb.FSMPolicy.load)
@@ -34,21 +34,10 @@ def shape_of(x):
     return tuple(np.shape(x)) if not hasattr(x, "shape") else tuple(x.shape)
 
 
-def _int(what, v):
-    """v as an int, or a TypeError as numpy raises: int() would read 3.5 as 3, and a bool is
-    an int to Python (True as 1)."""
-    if isinstance(v, bool):
-        raise TypeError(f"{what} must be an integer, not bool")
-    try:
-        return operator.index(v)
-    except TypeError:
-        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
-
-
 def _axis(op_name, axis, x):
     """`axis` of x's per-instance value made non-negative, or a ValueError: wrapping an
     out-of-range axis around (axis % ndim) would silently work on another axis."""
-    axis = _int(f"{op_name} axis", axis)
+    axis = as_int(f"{op_name} axis", axis)
     ndim = len(shape_of(x))
     if not -ndim <= axis < ndim:
         raise ValueError(f"{op_name} axis {axis} out of range for {ndim}-D operands")
@@ -156,7 +145,7 @@ def split(x, sections, axis=0):
 
 
 def reshape(x, shape):
-    return apply(S.Reshape, (x,), tuple(_int("reshape's shape", s) for s in shape))
+    return apply(S.Reshape, (x,), tuple(as_int("reshape's shape", s) for s in shape))
 
 
 def sum(x, axis=None):  # noqa: A001 - the public spelling is hb.sum
@@ -189,7 +178,7 @@ def pick_neg_log_softmax(logits, label):
 
 def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
     """Run numpy code per instance as an (unbatchable) op: fn(*arrays) -> array."""
-    shape = tuple(_int("py_func's out_shape", s) for s in out_shape)    # np.int64(3) names its type as 3 does
+    shape = tuple(as_int("py_func's out_shape", s) for s in out_shape)    # np.int64(3) names its type as 3 does
     return apply(C.PyFunc, xs, (fn, grad_fn, shape, np.dtype(out_dtype)))
 
 

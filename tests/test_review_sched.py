@@ -13,15 +13,7 @@ from hybridbatch.schedule.check import checked
 from hybridbatch.schedule.fsm import FSMPolicy
 from test_scheduling import make_view
 
-needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded")
-
-
-@pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl)])
-def library(request):
-    before = blas.name()
-    blas.use(request.param)
-    yield request.param
-    blas.use(before)
+from test_blas import library  # noqa: F401  (the fixture: each test on numpy and on MKL)
 
 
 def test_products_of_mismatched_shapes_raise_as_numpy_does(library):

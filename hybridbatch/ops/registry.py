@@ -11,6 +11,17 @@ import numpy as np
 
 from ..signature import check  # noqa: F401  (re-exported for op modules)
 
+def as_int(what, v):
+    """v as an int, or a TypeError as numpy raises: int() would read 3.5 as 3, and a bool is
+    an int to Python (True as 1)."""
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{what} must be an integer, not bool")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+
+
 OPS: list = []
 
 
@@ -37,12 +48,7 @@ class Op:
     def index(self, aux):
         """A node's integer datum as an int, or a TypeError naming the op (int() would
         truncate 1.5 to 1 and read another row, and a bool would pass as 0 or 1)."""
-        if isinstance(aux, (bool, np.bool_)):
-            raise TypeError(f"{self.name}: the index must be an integer, not bool")
-        try:
-            return operator.index(aux)
-        except TypeError:
-            raise TypeError(f"{self.name}: the index must be an integer, not {type(aux).__name__}") from None
+        return as_int(f"{self.name}: the index", aux)
 
     def check_aux(self, sig, aux):
         """Validate a node's integer datum at record time (raise IndexError/ValueError)."""
