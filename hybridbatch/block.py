@@ -94,22 +94,9 @@ class Block:
         self.collect_params().save(path)
 
     def load_parameters(self, path):
-        """Read values saved by save_parameters; names and shapes must match exactly, and
-        every entry is checked before any parameter changes."""
-        with np.load(path) as file:
-            saved = {name: file[name] for name in file.files}
-        mine = dict(self._named_params(""))
-        missing = sorted(set(mine) - set(saved))
-        extra = sorted(set(saved) - set(mine))
-        if missing or extra:
-            raise ValueError(f"{path}: parameters do not match this {type(self).__name__}: "
-                             f"missing {missing}, unexpected {extra}")
-        for name, p in mine.items():
-            if saved[name].shape != p.shape:
-                raise ValueError(f"{path}: parameter {name!r} has shape {saved[name].shape} in the file, "
-                                 f"{p.shape} in the model")
-        for name, p in mine.items():
-            p.data = saved[name]
+        """Read values saved by save_parameters (ParameterDict.load: names, shapes and dtypes
+        checked before any parameter changes)."""
+        self.collect_params().load(path)
 
     def hybridize(self, active=True):
         """Hybridize every HybridBlock in this tree (Gluon semantics)."""
