@@ -26,6 +26,9 @@ def install(cls, api):
     cls.__getitem__ = lambda self, key: api.slice(self, key)
     cls.__iter__ = _iterate
     cls.__array_priority__ = 1000   # ndarray op handle -> our reflected operator
+    # numpy functions refuse handles (TypeError): np.tanh(W @ x) read the value through
+    # __array__, silently dropping W's gradient, and np.sum(W) returned W itself
+    cls.__array_ufunc__ = None
 
 
 def _iterate(value):

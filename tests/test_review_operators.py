@@ -1,0 +1,45 @@
+"""Python operators and numpy interplay on every value handle (eager Tensor, Future, Parameter):
+numpy must never silently take over an expression, and conversions must agree with numpy."""
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+
+
+def _handles():
+    """One eager Tensor, one Future of an open scope and one Parameter, each of shape (3,)."""
+    P = hb.Parameter("P", (3,), init=0.5)
+    yield hb.array(np.arange(3, dtype=np.float32))
+    with hb.batching():
+        yield hb.array(np.arange(3, dtype=np.float32))
+    yield P
+
+
+@pytest.mark.parametrize("ufunc", [np.tanh, np.exp, np.sum, lambda x: np.maximum(x, 0)],
+                         ids=["tanh", "exp", "sum", "maximum"])
+def test_numpy_function_on_a_handle_raises_instead_of_detaching(ufunc):
+    """np.tanh(W @ x) returned a plain array (W's gradient silently lost), and np.sum(W)
+    returned W itself."""
+    for x in _handles():
+        with pytest.raises(TypeError):
+            ufunc(x)
+
+
+def test_ndarray_operators_defer_to_the_handle():
+    """`array op value` records the op (the handle's reflected operator), never a numpy result."""
+    W = hb.Parameter("W", (3, 3))
+    M = np.arange(9, dtype=np.float32).reshape(3, 3)
+    x = np.array([1.0, -2.0, 3.0], np.float32)
+    y = M @ (W @ x) - np.float32(2) * (np.ones(3, np.float32) / (W @ x))
+    hb.sum(y).backward()
+    want = W.grad.copy()
+    W.zero_grad()
+    with hb.batching():
+        h = W @ x
+        f = M @ h - np.float32(2) * (np.ones(3, np.float32) / h)
+        loss = hb.sum(f)
+    assert isinstance(y, hb.Tensor) and isinstance(f, hb.Future)
+    loss.backward()
+    np.testing.assert_allclose(f.asnumpy(), y.asnumpy(), rtol=1e-6)
+    np.testing.assert_allclose(W.grad, want, rtol=1e-5)
+    assert np.abs(want).sum() > 0
