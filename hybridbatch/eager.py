@@ -39,6 +39,10 @@ class Tensor:
     def __float__(self):
         return float(self.asnumpy())
 
+    def __bool__(self):
+        """numpy's truth value; without it Python fell back to __len__ (a [0.0] was True)."""
+        return bool(self.asnumpy())
+
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self.asnumpy(), dtype=dtype)
 

@@ -43,3 +43,13 @@ def test_ndarray_operators_defer_to_the_handle():
     np.testing.assert_allclose(f.asnumpy(), y.asnumpy(), rtol=1e-6)
     np.testing.assert_allclose(W.grad, want, rtol=1e-5)
     assert np.abs(want).sum() > 0
+
+
+@pytest.mark.parametrize("value", [0.0, 2.0], ids=["zero", "two"])
+def test_truth_value_of_an_eager_tensor_is_numpys(value):
+    """A Tensor had no __bool__: a one-element vector holding 0 was True (its len), and a 0-d
+    one raised "len() of a 0-d value"."""
+    assert bool(hb.array(np.float32(value))) == bool(value)
+    assert bool(hb.array(np.array([value], np.float32))) == bool(value)
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(hb.array(np.zeros(3, np.float32)))
