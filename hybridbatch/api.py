@@ -57,8 +57,8 @@ def add(a, b):
 
 
 def sub(a, b):
-    if isinstance(b, _Number):
-        return _scalar_affine(a, 1.0, -b)
+    if isinstance(b, _Number):       # negated as a Python float: -np.uint8(3) wraps to 253
+        return _scalar_affine(a, 1.0, -float(b))
     if isinstance(a, _Number):
         return _scalar_affine(b, -1.0, a)
     return apply(E.Sub, (a, b))

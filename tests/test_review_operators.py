@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
+from test_review_ops import _assert_like_numpy
 
 
 def _handles():
@@ -53,3 +54,10 @@ def test_truth_value_of_an_eager_tensor_is_numpys(value):
     assert bool(hb.array(np.array([value], np.float32))) == bool(value)
     with pytest.raises(ValueError, match="ambiguous"):
         bool(hb.array(np.zeros(3, np.float32)))
+
+
+@pytest.mark.parametrize("scalar", [np.uint8(3), np.int8(-128)], ids=["uint8", "int8_min"])
+def test_subtracting_a_numpy_integer_scalar_is_numpys_difference(scalar):
+    """x - b was x + (-b) with -b computed in b's own dtype: -np.uint8(3) wraps to 253 and
+    -np.int8(-128) stays -128, so x - np.uint8(3) was x + 253."""
+    _assert_like_numpy(lambda x: x - scalar, lambda x: x - scalar, [(np.array([10.0, 20.0], np.float32),)])
