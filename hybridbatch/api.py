@@ -73,8 +73,8 @@ def mul(a, b):
 
 
 def div(a, b):
-    if isinstance(b, _Number):
-        return _scalar_affine(a, 1.0 / b, 0.0)
+    if isinstance(b, _Number):       # a Python float: 1.0 / np.float16(3) rounds to float16
+        return _scalar_affine(a, 1.0 / float(b), 0.0)
     if isinstance(a, _Number):       # a number over a value: a scalar constant of its dtype
         a = np.asarray(a, dtype=b.dtype if hasattr(b, "dtype") else np.float32)
     return apply(E.Div, (a, b))

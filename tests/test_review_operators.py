@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from test_review_ops import _assert_like_numpy
+from test_review_ops import MODES, _assert_like_numpy, _values
 
 
 def _handles():
@@ -61,3 +61,12 @@ def test_subtracting_a_numpy_integer_scalar_is_numpys_difference(scalar):
     """x - b was x + (-b) with -b computed in b's own dtype: -np.uint8(3) wraps to 253 and
     -np.int8(-128) stays -128, so x - np.uint8(3) was x + 253."""
     _assert_like_numpy(lambda x: x - scalar, lambda x: x - scalar, [(np.array([10.0, 20.0], np.float32),)])
+
+
+@pytest.mark.parametrize("scalar", [np.float16(3), np.float16(0.1)], ids=["3", "0.1"])
+def test_dividing_by_a_float16_scalar_is_as_exact_as_numpys_quotient(scalar):
+    """x / b was x * (1.0 / b) with the reciprocal rounded to float16: 2.4e-4 off in float32."""
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    for mode in MODES:
+        (got,) = _values(lambda x: x / scalar, [(x,)], mode)
+        np.testing.assert_allclose(got, x / scalar, rtol=1e-6, err_msg=mode)
