@@ -13,7 +13,7 @@ def install(cls, api):
         return lambda self, other: fn(other, self)
 
     cls.__add__ = binary(api.add)
-    cls.__radd__ = lambda self, other: self if (isinstance(other, (int, float)) and other == 0) else api.add(other, self)
+    cls.__radd__ = lambda self, other: self if _sum_start(other, self) else api.add(other, self)
     cls.__sub__ = binary(api.sub)
     cls.__rsub__ = reflected(api.sub)
     cls.__mul__ = binary(api.mul)
@@ -29,6 +29,12 @@ def install(cls, api):
     # numpy functions refuse handles (TypeError): np.tanh(W @ x) read the value through
     # __array__, silently dropping W's gradient, and np.sum(W) returned W itself
     cls.__array_ufunc__ = None
+
+
+def _sum_start(other, value):
+    """Whether `other + value` is sum()'s 0 start, which adds nothing: no node. Not for bools,
+    which numpy counts (0 + b is an integer array) where b + b is their OR."""
+    return isinstance(other, (int, float)) and other == 0 and value.dtype != bool
 
 
 def _iterate(value):

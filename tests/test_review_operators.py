@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from test_review_ops import MODES, _assert_like_numpy, _values
+from test_review_ops import BOOLS, MODES, _assert_like_numpy, _raises_at_the_call, _values
 
 
 def _handles():
@@ -70,3 +70,9 @@ def test_dividing_by_a_float16_scalar_is_as_exact_as_numpys_quotient(scalar):
     for mode in MODES:
         (got,) = _values(lambda x: x / scalar, [(x,)], mode)
         np.testing.assert_allclose(got, x / scalar, rtol=1e-6, err_msg=mode)
+
+
+def test_python_sum_of_bool_values_raises_as_bool_arithmetic_does():
+    """sum() starts at 0, and 0 + x returned x itself: sum([b, b]) of bools was b OR b
+    ([True, False, True]) where numpy counts ([2, 0, 2]); 1 + b already raised."""
+    _raises_at_the_call(lambda x: sum([x, x]), BOOLS, match="bool")
