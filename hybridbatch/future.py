@@ -36,11 +36,6 @@ class Future:
             raise TypeError("len() of a 0-d value")
         return self.shape[0]
 
-    def __iter__(self):
-        """The values along the first axis, as numpy iterates. Without it Python iterates
-        by indexing until an IndexError, and a 0-d value iterated as empty (sum(loss) == 0)."""
-        return (self[i] for i in range(len(self)))
-
     def asnumpy(self):
         """The value, as a new numpy array; flushes the scope's pending nodes first."""
         return self.scope.value(self.id)
