@@ -102,6 +102,16 @@ def _topological(root):
     return order
 
 
+def trainable_source(t: Tensor):
+    """The first Parameter with a gradient that t was computed from, or None: a scope that
+    took t as a constant would lose the gradient into it."""
+    for u in _topological(t):
+        for v in u.inputs:
+            if isinstance(v, Parameter) and v.grad_req != "null":
+                return v
+    return None
+
+
 def backward(root: Tensor):
     """Reverse mode from a scalar Tensor, accumulating into Parameter.grad."""
     if root.shape != ():

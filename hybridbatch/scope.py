@@ -190,10 +190,15 @@ class batching:
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
         if not self.open:
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
-        from .eager import Tensor
+        from .eager import Tensor, trainable_source
         if isinstance(value, Tensor):
             if self.tracing and value.sig.op.executed:
                 raise ScopeError(_CAPTURED)
+            source = trainable_source(value)
+            if source is not None:
+                raise ScopeError(f"an eager value computed from Parameter {source.name!r} was used in a batching "
+                                 f"scope, where it would be a constant and its gradient lost: compute it inside "
+                                 f"the scope, or pass value.asnumpy() to use it as a constant")
             value = value.value[0]
         elif isinstance(value, Future):
             if value.scope is self:

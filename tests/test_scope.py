@@ -355,3 +355,19 @@ def test_array_of_a_future_of_the_same_scope_says_so():
         x = hb.array(np.ones(2, np.float32))
         with pytest.raises(hb.ScopeError, match="already a recorded value"):
             hb.array(x)
+
+
+def test_an_eager_value_computed_from_a_parameter_is_refused_in_a_scope():
+    """Inside the scope it would be a constant: W's gradient through it would be lost
+    silently. A value computed from data only is still a constant, as documented."""
+    W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(0))
+    x = np.ones(3, np.float32)
+    h = W @ x
+    data = hb.tanh(hb.array(x))
+    with hb.batching():
+        with pytest.raises(hb.ScopeError, match="computed from Parameter 'W'"):
+            hb.sum(h * h)
+        loss = hb.sum(data * 2.0)
+        np.testing.assert_allclose(loss.asnumpy(), 2 * np.tanh(1.0) * 3, rtol=1e-6)
+        frozen = hb.sum(hb.array(h.asnumpy()) * 2.0)
+        assert np.isfinite(frozen.asnumpy())
