@@ -216,16 +216,6 @@ def _as_handle(a, scope):
         if scope is None or a.scope is not scope:
             raise ScopeError("a Future was passed to a block outside the batching scope that recorded it")
         return a
-    if isinstance(a, (list, tuple)) and _holds_values(a):
-        raise TypeError("a list or tuple argument of a hybridized block holding recorded values would be read "
-                        "into a constant array, with no gradient to what computed them; pass the values as "
-                        "separate arguments (block(*xs))")
     if scope is None:
         return a if isinstance(a, eager.Tensor) else eager.constant(a)
     return scope.constant(a)
-
-
-def _holds_values(a):
-    """Whether a (nested) list holds a Future, Tensor or Parameter, which np.asarray would read."""
-    return isinstance(a, (Future, eager.Tensor, Parameter)) or (
-        isinstance(a, (list, tuple)) and any(_holds_values(b) for b in a))

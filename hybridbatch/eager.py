@@ -54,6 +54,7 @@ class Tensor:
 
 
 def constant(value) -> Tensor:
+    refuse_held_values(value)
     value = backend.to_array(value)
     tid = signature.type_id(value.shape, value.dtype)
     return Tensor(value[None], signature.intern(Input, (tid,), ()))
@@ -100,6 +101,20 @@ def _topological(root):
         stack.append((t, True))
         stack.extend((u, False) for u in t.inputs if isinstance(u, Tensor) and id(u) not in seen)
     return order
+
+
+def refuse_held_values(value):
+    """A list or tuple holding a Future, Tensor or Parameter would be read by np.asarray
+    into a constant array, with no gradient to what computed its entries: a TypeError."""
+    if isinstance(value, (list, tuple)) and _holds_values(value):
+        raise TypeError("a list or tuple holding recorded values would become a constant array, with no "
+                        "gradient to what computed them; pass the values as separate arguments, or combine "
+                        "them with hb.concat")
+
+
+def _holds_values(a):
+    return isinstance(a, (Future, Tensor, Parameter)) or (
+        isinstance(a, (list, tuple)) and any(_holds_values(b) for b in a))
 
 
 def trainable_source(t: Tensor):

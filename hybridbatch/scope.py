@@ -190,7 +190,8 @@ class batching:
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
         if not self.open:
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
-        from .eager import Tensor, trainable_source
+        from .eager import Tensor, refuse_held_values, trainable_source
+        refuse_held_values(value)
         if isinstance(value, Tensor):
             if self.tracing and value.sig.op.executed:
                 raise ScopeError(_CAPTURED)

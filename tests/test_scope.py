@@ -371,3 +371,25 @@ def test_an_eager_value_computed_from_a_parameter_is_refused_in_a_scope():
         np.testing.assert_allclose(loss.asnumpy(), 2 * np.tanh(1.0) * 3, rtol=1e-6)
         frozen = hb.sum(hb.array(h.asnumpy()) * 2.0)
         assert np.isfinite(frozen.asnumpy())
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+def test_a_list_holding_values_is_refused_as_a_constant(in_scope):
+    """hb.array([h0, h1]) or h * [h0, h1] read the entries into a constant array: W's
+    gradient through them was lost, in both modes."""
+    W = hb.Parameter("W", (2, 2), rng=np.random.default_rng(0))
+    x = np.ones(2, np.float32)
+
+    def go():
+        h = W @ x
+        with pytest.raises(TypeError, match="separate arguments"):
+            hb.array([h[0], h[1]])
+        with pytest.raises(TypeError, match="separate arguments"):
+            h * [h[0], h[1]]
+        assert hb.array([1.0, 2.0]).shape == (2,)      # data is still a constant
+
+    if in_scope:
+        with hb.batching():
+            go()
+    else:
+        go()
