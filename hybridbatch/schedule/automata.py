@@ -35,6 +35,7 @@ keep what they had.
 """
 import heapq
 import itertools
+import math
 
 import numpy as np
 from numba import njit, types
@@ -330,6 +331,7 @@ def _astar(tabs, sizes, finals, tables, members, limit):
 
 
 MAX_TABLE = 30_000_000     # product states of one pair's or triple's distance table (A*)
+MAX_ENCODED = 2**63 - 1    # product states A* can number: int64 (beyond, they wrap around)
 
 
 def fewest_together(autos, limit):
@@ -340,7 +342,8 @@ def fewest_together(autos, limit):
     automata whose product has at most MAX_TABLE states. That is admissible (a schedule of
     all of them runs each subset to its end, in no more steps) and consistent (one step
     moves each subset's state by one step), so A* returns the optimum, and where it stops
-    after `limit` expansions the smallest f still open is a lower bound on it."""
+    after `limit` expansions the smallest f still open is a lower bound on it. Their
+    product's states must number at most MAX_ENCODED."""
     k = len(autos)
     sizes = np.array([a[0].shape[0] for a in autos], np.int64)
     tabs = np.full((k, sizes.max(), autos[0][0].shape[1]), -1, np.int64)
@@ -493,7 +496,8 @@ def part_bound(view, n_first=3, limit=None):
 
     The fewest core batches come from breadth-first search over the parts' product
     (`_exact`, the bench's default of three parts) or, given `limit`, from A* with at most
-    `limit` expansions (`fewest_together`: more parts, still a lower bound where it stops).
+    `limit` expansions (`fewest_together`: more parts, as many as its int64 state numbers
+    hold, still a lower bound where it stops).
 
     Proof. Take any schedule. Its batches of core types, restricted to the nodes of those
     parts, run every such node after its operands among them (edges between core nodes of
@@ -513,6 +517,9 @@ def part_bound(view, n_first=3, limit=None):
     if not autos:
         return 0
     k = min(n_first, len(autos))
+    if limit is not None:
+        while math.prod(len(a[0]) for a in autos[:k]) > MAX_ENCODED:
+            k -= 1              # fewer parts: still a bound
     if limit is not None and k > 1:
         return fewest_together(autos[:k], limit)[0] + outside_core(view, tail)
     fewest = None

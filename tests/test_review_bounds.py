@@ -1,0 +1,147 @@
+"""Bounds and schedules on unusual graphs: several disconnected parts of different shapes
+(chains, trees, diamonds, lattices, copies of each other), unbatchable and input-only nodes,
+repeated operands, and the automata's size limits.
+
+  * every bound (Eq. 2, path pairs, grouped, parts by breadth-first search and by A*,
+    stopped early or not, the tight bound) is at most the brute-forced optimum;
+  * search and critical path return valid schedules with at least the tight bound's batches;
+  * merged_core's sequence drives every part's automaton to its end;
+  * past the size limits, the parts bound gives up (0, or fewer parts), never a wrong claim.
+"""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hybridbatch.schedule import POLICIES, lower_bound
+from hybridbatch.schedule import automata
+from hybridbatch.schedule.automata import _automata, core_and_tail, merged_core, part_bound
+from hybridbatch.schedule.lower_bound import grouped_bound, path_bound, tight_lower_bound
+from test_policies import build, n_batches, optimum
+from test_scheduling import INPUT, chain, graph_views, make_view
+
+UB = 5            # the unbatchable signature of the views below
+TYPES = [1, 2, 3, 1, 2, 3, 4, UB]     # few types, so that they feed each other (a core)
+
+
+@st.composite
+def parts_views(draw, max_nodes=16):
+    """Several disconnected parts, each a chain, a tree, a diamond, a lattice (a chain with
+    word cells beside it), a fan-in with repeated operands, or a copy of earlier nodes;
+    operands from an earlier flush (-1) or input nodes (not executed)."""
+    nodes = []
+
+    def typ():
+        return draw(st.sampled_from(TYPES))
+
+    def add(s, ops):
+        nodes.append((s, ops))
+        return len(nodes) - 1
+
+    def source():
+        return add(INPUT, []) if draw(st.booleans()) else -1
+
+    while len(nodes) < max_nodes and (not nodes or draw(st.integers(0, 4))):
+        shape = draw(st.sampled_from(["chain", "tree", "diamond", "lattice", "fan", "copy"]))
+        size = draw(st.integers(1, min(6, max_nodes - len(nodes))))
+        if shape == "copy" and nodes:
+            a = draw(st.integers(0, len(nodes) - 1))
+            b = min(len(nodes), a + size)
+            shift = len(nodes) - a
+            for s, ops in nodes[a:b]:
+                add(s, [u + shift if u >= a else u for u in ops])
+        elif shape == "chain" or shape == "copy":
+            prev = source()
+            for _ in range(size):
+                prev = add(typ(), [prev] * draw(st.sampled_from([1, 1, 2])))   # sometimes twice
+        elif shape == "tree":
+            level = [add(typ(), [source()]) for _ in range(max(2, size // 2))]
+            while len(level) > 1:
+                level.append(add(typ(), [level.pop(0), level.pop(0)]))
+        elif shape == "diamond":
+            top = add(typ(), [source()])
+            add(typ(), [add(typ(), [top]) for _ in range(draw(st.integers(1, 3)))])
+        elif shape == "lattice":
+            chars = []
+            for k in range(size):
+                ops = [chars[-1]] if chars else [source()]
+                if k >= 2 and draw(st.booleans()):
+                    ops.append(add(typ(), [chars[-2]]))
+                chars.append(add(typ(), ops))
+        else:
+            srcs = [add(typ(), [source()]) for _ in range(draw(st.integers(1, 3)))]
+            add(typ(), srcs * draw(st.integers(1, 3)))
+    return make_view(nodes, unbatchable=[UB], n_sigs=UB + 1)
+
+
+def views(max_nodes=16):
+    return st.one_of(parts_views(max_nodes), graph_views(max_nodes=max_nodes))
+
+
+def small(view, most=16):
+    return int(np.count_nonzero(view.executable)) <= most
+
+
+def bounds(view):
+    return {"eq2": lower_bound(view), "path": path_bound(view), "grouped": grouped_bound(view),
+            "parts": part_bound(view), "parts1": part_bound(view, n_first=1),
+            "parts5": part_bound(view, n_first=5),
+            "astar": part_bound(view, n_first=5, limit=10**5),
+            "astar0": part_bound(view, n_first=5, limit=0), "astar1": part_bound(view, n_first=5, limit=1),
+            "tight": tight_lower_bound(view)}
+
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@SETTINGS
+@given(views())
+def test_every_bound_is_at_most_the_optimum(view):
+    if not small(view):
+        return
+    best = optimum(view)
+    got = bounds(view)
+    assert all(b <= best for b in got.values()), (got, best)
+    assert got["eq2"] <= got["tight"]
+
+
+@SETTINGS
+@given(views(max_nodes=30))
+def test_search_and_critical_path_are_valid_and_not_below_the_tight_bound(view):
+    tight = tight_lower_bound(view)
+    for name in ("search", "critical-path"):
+        assert n_batches(POLICIES[name], view) >= tight, name
+
+
+def drives_to_end(seq, tab, final):
+    q = 0
+    for t in seq:
+        if tab[q, t] >= 0:
+            q = tab[q, t]
+    return q == final
+
+
+@SETTINGS
+@given(views(max_nodes=30))
+def test_merged_core_drives_every_part_to_its_end(view):
+    seq = merged_core(view)
+    core, tail = core_and_tail(view)
+    if seq is None:
+        assert not core.any()
+        return
+    assert core[seq].all()
+    autos = _automata(view, core)
+    assert all(drives_to_end(seq, tab, final) for tab, final, _, _ in autos)
+    assert len(seq) >= part_bound(view) - automata.outside_core(view, tail)     # no shorter than exact
+
+
+def test_astar_gives_up_parts_whose_product_overflows_int64():
+    """23 identical chains abcabc: the optimum is 6 (a batch per step, every chain together).
+    Their product has 7**23 > 2**63 states, more than A*'s int64 state numbers hold: it must
+    search fewer parts, not wrapped-around ones (it claimed 10-15)."""
+    nodes = []
+    for _ in range(23):
+        nodes += chain(list("abcabc"), start=len(nodes))
+    view = build(nodes)
+    assert n_batches(POLICIES["critical-path"], view) == 6
+    for limit in (0, 5, 50, 500):
+        assert part_bound(view, n_first=23, limit=limit) <= 6, limit
