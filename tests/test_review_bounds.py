@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hybridbatch.schedule import POLICIES, lower_bound
 from hybridbatch.schedule import automata
-from hybridbatch.schedule.automata import _automata, core_and_tail, merged_core, part_bound
+from hybridbatch.schedule.automata import _automata, _merge, core_and_tail, merged_core, part_bound
 from hybridbatch.schedule.lower_bound import grouped_bound, path_bound, tight_lower_bound
 from test_policies import build, n_batches, optimum
+from test_search_parts import rotations
 from test_scheduling import INPUT, chain, graph_views, make_view
 
 UB = 5            # the unbatchable signature of the views below
@@ -145,3 +146,17 @@ def test_astar_gives_up_parts_whose_product_overflows_int64():
     assert n_batches(POLICIES["critical-path"], view) == 6
     for limit in (0, 5, 50, 500):
         assert part_bound(view, n_first=23, limit=limit) <= 6, limit
+
+
+def test_merge_never_reads_past_the_end_of_the_sequence():
+    """At the end of the sequence (every type of it taken), _merge read seq[len(seq)]: past
+    the array, which compiled numba does not check. Run as Python, which does: each part
+    merged into the empty sequence, and into the others' exact sequence, reaches its end."""
+    view = rotations()
+    autos = _automata(view, core_and_tail(view)[0])
+    for tab, final, _, fewest in autos:
+        for variant in (0, 1, 2):
+            seq = _merge.py_func(np.zeros(0, np.int64), tab, final, variant)
+            assert len(seq) == fewest and drives_to_end(seq, tab, final)
+            both = _merge.py_func(seq, autos[0][0], autos[0][1], variant)
+            assert drives_to_end(both, tab, final) and drives_to_end(both, autos[0][0], autos[0][1])

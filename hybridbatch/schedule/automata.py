@@ -386,18 +386,14 @@ def _merge(seq, tab, final, variant):
             break
         p, q = x // nq, x % nq
         for k in range(nt + 1):
-            if variant == 0:
-                t = seq[p] if k == 0 else k - 1
-                along = k == 0
-            else:
-                along = k == nt
-                t = seq[p] if along else (k if variant == 1 else nt - 1 - k)
-            if along:
+            if k == (0 if variant == 0 else nt):      # along seq (read only before its end)
                 if p == m:
                     continue
+                t = seq[p]
                 r = tab[q, t]
                 y = (p + 1) * nq + (q if r < 0 else r)
             else:
+                t = k - 1 if variant == 0 else (k if variant == 1 else nt - 1 - k)
                 if p < m and t == seq[p]:
                     continue
                 r = tab[q, t]
