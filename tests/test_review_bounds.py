@@ -160,3 +160,42 @@ def test_merge_never_reads_past_the_end_of_the_sequence():
             assert len(seq) == fewest and drives_to_end(seq, tab, final)
             both = _merge.py_func(seq, autos[0][0], autos[0][1], variant)
             assert drives_to_end(both, tab, final) and drives_to_end(both, autos[0][0], autos[0][1])
+
+
+@pytest.mark.parametrize("limit, value", [("MAX_PART_NODES", 3), ("MAX_PART_STATES", 4), ("MAX_TOTAL_STATES", 8),
+                                          ("MAX_PRODUCT", 20), ("MAX_TABLE", 20)])
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(view=views())
+def test_past_the_size_limits_the_parts_give_up_cleanly(limit, value, view):
+    """With each limit tiny, the parts bound is 0 or uses fewer parts (never above the
+    optimum), merged_core is None or still drives every part to its end, search is valid."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(automata, limit, value)
+        got = bounds(view)
+        seq = merged_core(view)
+        if seq is not None:
+            core = core_and_tail(view)[0]
+            assert all(drives_to_end(seq, tab, final) for tab, final, _, _ in _automata(view, core))
+        searched = n_batches(POLICIES["search"], view)
+    assert searched >= got["tight"]
+    if small(view):
+        best = optimum(view)
+        assert all(b <= best for b in got.values()), (got, best)
+
+
+@pytest.mark.parametrize("view, best", [
+    pytest.param(make_view([]), 0, id="empty"),
+    pytest.param(make_view([(1, [])]), 1, id="one node"),
+    pytest.param(make_view([(INPUT, [])] * 3), 0, id="inputs only"),
+    pytest.param(make_view(chain([UB] * 3) + [(UB, [-1])], unbatchable=[UB]), 4, id="all unbatchable"),
+    pytest.param(make_view([(INPUT, []), (1, [0, 0, 0]), (2, [1, 1]), (1, [2, 0, 2])]), 3,
+                 id="repeated operands"),
+    pytest.param(build(chain(list("ab" * 600))), 1200, id="one part past MAX_PART_NODES"),
+])
+def test_edge_cases_are_bounded_and_scheduled_exactly(view, best):
+    if len(view.sig) <= 16:
+        assert optimum(view) == best
+    assert all(b <= best for b in bounds(view).values())
+    assert tight_lower_bound(view) == best
+    for name in ("search", "critical-path"):
+        assert n_batches(POLICIES[name], view) == best, name
