@@ -199,3 +199,8 @@ def test_edge_cases_are_bounded_and_scheduled_exactly(view, best):
     assert tight_lower_bound(view) == best
     for name in ("search", "critical-path"):
         assert n_batches(POLICIES[name], view) == best, name
+
+
+def test_part_bound_needs_at_least_one_part():
+    with pytest.raises(ValueError, match="n_first >= 1"):
+        part_bound(rotations(), n_first=0)

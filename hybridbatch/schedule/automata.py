@@ -506,6 +506,8 @@ def part_bound(view, n_first=3, limit=None):
     is a batch of its own; core, tail and unbatchable types are disjoint, so the three
     counts add up. The tail may be any set of types here: its being downstream only
     matters for the schedules."""
+    if n_first < 1:
+        raise ValueError(f"part_bound needs n_first >= 1 parts, not {n_first}")
     core, tail = core_and_tail(view)
     if not core.any():
         return 0
