@@ -21,12 +21,10 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from hybridbatch.bench.harness import _minibatches  # noqa: E402
-from hybridbatch.bench.policies import LEARN_BATCHES, REAL_DATA  # noqa: E402
+from hybridbatch.bench.policies import REAL_DATA, judged_views  # noqa: E402
 from hybridbatch.bench.registry import DEFAULT_GRANULARITY, make_workload  # noqa: E402
 from hybridbatch.schedule import lower_bound  # noqa: E402
 from hybridbatch.schedule.automata import part_bound  # noqa: E402
-from hybridbatch.schedule.learn import capture_views  # noqa: E402
 from hybridbatch.schedule.lower_bound import tight_lower_bound  # noqa: E402
 
 BATCH = 64
@@ -45,18 +43,17 @@ def main():
     name = args.workload.upper()
     wl = make_workload(name, data_dir=args.data if name in REAL_DATA else None)
     wl.hybridize()
-    pool = list(wl.train_instances())
-    judged = _minibatches(pool[BATCH * LEARN_BATCHES:BATCH * (LEARN_BATCHES + args.eval_batches)], BATCH)
+    views = judged_views(wl, list(wl.train_instances()), BATCH, args.eval_batches,
+                         DEFAULT_GRANULARITY.get(name, "op"))
     rows = []
-    for mb in judged:
-        for view in capture_views(wl.loss, mb, DEFAULT_GRANULARITY.get(name, "op")):
-            t0 = time.perf_counter()
-            bound = part_bound(view, args.parts, args.limit)
-            if bound == 0:
-                raise SystemExit(f"{name}: no core, or parts too wide for automata: the parts bound does not apply")
-            rows.append({"eq2": int(lower_bound(view)), "tight": int(tight_lower_bound(view)),
-                         "parts_bound": bound, "seconds": round(time.perf_counter() - t0, 1)})
-            print(json.dumps(rows[-1]), flush=True)
+    for view in views:
+        t0 = time.perf_counter()
+        bound = part_bound(view, args.parts, args.limit)
+        if bound == 0:
+            raise SystemExit(f"{name}: no core, or parts too wide for automata: the parts bound does not apply")
+        rows.append({"eq2": int(lower_bound(view)), "tight": int(tight_lower_bound(view)),
+                     "parts_bound": bound, "seconds": round(time.perf_counter() - t0, 1)})
+        print(json.dumps(rows[-1]), flush=True)
     total = {k: sum(r[k] for r in rows) for k in ("eq2", "tight", "parts_bound")}
     print(json.dumps({"workload": name, "parts": args.parts, "minibatches": rows, "total": total,
                       "parts_bound_over_eq2": total["parts_bound"] / total["eq2"]}, indent=1))

@@ -107,6 +107,13 @@ def _training_runs(wl, policies, cfg, measured, lr):
                   "plan_schedule_vs_agenda": ratio[row]} for row, run in best.items()}
 
 
+def judged_views(wl, pool, batch, eval_batches, granularity):
+    """The GraphViews every policy is judged on: the eval_batches minibatches right after
+    the LEARN_BATCHES a learned policy trains on (so it never saw them)."""
+    judged = _minibatches(pool[batch * LEARN_BATCHES:batch * (LEARN_BATCHES + eval_batches)], batch)
+    return [v for mb in judged for v in capture_views(wl.loss, mb, granularity)]
+
+
 def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, data=None, seed=0,
                      lr=0.05, progress=True):
     """One workload's row of the comparison: per policy, batches, bound, times, throughput."""
@@ -120,9 +127,8 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
                               f"({LEARN_BATCHES + eval_batches + 1 + MEASURED_BATCHES} minibatches of "
                               f"{batch}); use a smaller --batch or --eval-batches")
     learn_on = pool[:batch * LEARN_BATCHES]
-    judged = _minibatches(pool[batch * LEARN_BATCHES:batch * (LEARN_BATCHES + eval_batches)], batch)
     measured = pool[batch * (LEARN_BATCHES + eval_batches):need]
-    views = [v for mb in judged for v in capture_views(wl.loss, mb, granularity)]
+    views = judged_views(wl, pool, batch, eval_batches, granularity)
     bound = sum(lower_bound(v) for v in views)
     tight = sum(tight_lower_bound(v) for v in views)
     cfg = Config(workload=name, hidden=hidden, batch=batch, granularity=granularity, lr=lr).resolved()
@@ -149,7 +155,7 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
         trained = {row: p for row, p in policies.items() if row not in SEARCH_ONLY_ONCE}
         for row, figures in _training_runs(wl, trained, cfg, measured, lr).items():
             rows[row].update(figures)
-    return {"workload": name, "granularity": granularity, "eval_minibatches": len(judged),
+    return {"workload": name, "granularity": granularity, "eval_minibatches": eval_batches,
             "lower_bound": bound, "tight_lower_bound": tight, "policies": rows}
 
 
