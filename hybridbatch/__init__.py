@@ -18,6 +18,7 @@ from .optim import Trainer
 from .scope import batching, Stats
 from .plan_cache import set_plan_cache_size
 from .trace import set_fusion
+from .distinct import set_distinct_rows
 from .kernels.blas import use as set_blas, name as blas_library
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
     "NumericsError", "Future", "Parameter", "batching", "Stats",
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
+    "set_distinct_rows",
     "learn_policy", "FSMPolicy", "set_blas", "blas_library",
 ]

@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 
 from .autograd import accumulate_param
+from .distinct import DISTINCT, Distinct, keyed_part
 from .errors import HybridBatchError
 from .future import Future
 from .kernels.fused import FusedRun, plan_units
@@ -90,6 +91,7 @@ class Program:
         self.single = single
         self.out_types = tuple(graph.type[o] for o in outputs)
         self._units = None
+        self._keyed = {}     # per unit list (fused or not): its KeyedPart, or None
         self.op = Composite(self)
         self.op.id = next(_composite_ids)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
@@ -121,14 +123,35 @@ class Program:
             self._units = plan_units(self.steps, self.outputs)
         return self._units
 
+    def keyed_part(self, units):
+        """The part of `units` that runs once per distinct integer key (distinct.py), or None."""
+        key = units is self.steps
+        if key not in self._keyed:
+            self._keyed[key] = keyed_part(units, self.outputs, _int_column)
+        return self._keyed[key]
+
     def forward(self, xp, xs, size, ints=None):
         vals = self._inputs(xp, xs, size, self.units(xp))
-        for unit in vals.units:
+        todo = vals.units
+        if xp is np and ints is not None and DISTINCT["enabled"]:
+            part = self.keyed_part(todo)
+            split = None if part is None else part.split(ints, size)
+            if split is not None:
+                first, inverse = split
+                key_ints = ints[first]
+                self._run(xp, part.keyed, vals, key_ints, len(first))
+                vals.distinct = Distinct(part, inverse, key_ints, {s: vals[s] for s in part.boundary})
+                vals.distinct.expand(vals)
+                todo = part.rest
+        self._run(xp, todo, vals, ints, size)
+        return tuple(vals[o] for o in self.outputs), vals
+
+    def _run(self, xp, units, vals, ints, size):
+        for unit in units:
             if isinstance(unit, FusedRun):
                 self._forward_fused(xp, unit, vals, size)
             else:
                 self._step(xp, unit, vals, ints, size)
-        return tuple(vals[o] for o in self.outputs), vals
 
     def first_nonfinite_step(self, xp, xs, ints=None):
         """(op name, line in the block's forward) of the first step whose value holds NaN or
@@ -145,6 +168,7 @@ class Program:
         """The slot values before the first step: inputs and constants."""
         vals = _Values([None] * self.n_slots)
         vals.units = units
+        vals.distinct = None
         vals[:self.n_inputs] = xs
         for slot, value in self.consts:
             vals[slot] = xp.broadcast_to(value, (size,) + value.shape)
@@ -188,7 +212,20 @@ class Program:
         for o, g in zip(self.outputs, gys):
             grads.add(o, g)
         const = {slot for slot, _ in self.consts}
-        for unit in reversed(vals.units):   # the forward's plan, even if fusion was toggled since
+        distinct = vals.distinct
+        if distinct is None:     # the forward's plan, even if fusion was toggled since
+            self._backward_units(xp, vals.units, vals, grads, const, ints)
+        else:
+            self._backward_units(xp, distinct.part.rest, vals, grads, const, ints)
+            distinct.sum_back(grads)
+            key_vals = _Values(vals)
+            for s, v in distinct.values.items():
+                key_vals[s] = v
+            self._backward_units(xp, distinct.part.keyed, key_vals, grads, const, distinct.ints)
+        return tuple(grads[i] if need else None for i, need in enumerate(needs))
+
+    def _backward_units(self, xp, units, vals, grads, const, ints):
+        for unit in reversed(units):
             if isinstance(unit, FusedRun):
                 self._backward_fused(xp, unit, vals, grads, const)
                 continue
@@ -214,7 +251,6 @@ class Program:
                     accumulate_param(pid, g)
                 else:
                     grads.add(r, g)
-        return tuple(grads[i] if need else None for i, need in enumerate(needs))
 
     # -- op granularity and eager: replay the steps as separate nodes ------------------
     def replay(self, apply, constant, inputs, ints=()):
@@ -236,9 +272,10 @@ class Program:
 class _Values(list):
     """A program's slot values from one forward, with the units that computed them: backward
     follows the same plan (a fused run leaves its inner slots empty, and a bias folded into
-    a run is missing from its affine's slot)."""
+    a run is missing from its affine's slot). distinct: the batch's Distinct where its keyed
+    part ran once per key (its inner slots then hold one row per key), else None."""
 
-    __slots__ = ("units",)
+    __slots__ = ("units", "distinct")
 
 
 class _Grads:
@@ -261,6 +298,11 @@ class _Grads:
         else:
             self.grads[slot] = current + g
             self.owned.add(slot)
+
+    def own(self, slot, g):
+        """Set slot's gradient to g, an array this program made."""
+        self.grads[slot] = g
+        self.owned.add(slot)
 
     def buffer(self, xp, slot, like):
         """An owned gradient array for `slot`, to add into in place."""
@@ -301,9 +343,14 @@ class Composite(Op):
     @staticmethod
     def saved_rows(saved, live):
         """The forward's values (each batch-first) for the batch rows in boolean mask `live`:
-        a backward that reaches only some of the batch."""
-        rows = _Values(v if v is None else v[live] for v in saved)
-        rows.units = saved.units
+        a backward that reaches only some of the batch. Where rows shared keys, the values
+        with one row per key keep the keys that live rows use."""
+        distinct, inner, used = saved.distinct, (), None
+        if distinct is not None:
+            distinct, used = distinct.rows(live)
+            inner = distinct.part.inner
+        rows = _Values(v if v is None else v[used] if i in inner else v[live] for i, v in enumerate(saved))
+        rows.units, rows.distinct = saved.units, distinct
         return rows
 
 

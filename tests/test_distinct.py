@@ -1,0 +1,152 @@
+"""A block's integer-keyed part runs once per distinct key (hybridbatch/distinct.py): values
+and gradients equal the per-row run and eager mode, whole or partial backward, fused or not."""
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+from hybridbatch import distinct, nn
+from hybridbatch.errors import NumericsError
+from hybridbatch.trace import FUSION
+
+WORDS = [3, 1, 3, 0, 7, 1, 3, 3, 9, 0, 1, 7] * 4       # 48 calls, 5 distinct words
+
+
+class Leaf(hb.HybridBlock):
+    """W1's leaf in small: the word's embedding through a layer (keyed by the word), then a
+    loss on the call's label (not keyed)."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(0)
+        self.emb = hb.Parameter("emb", (10, 4), init="uniform", rng=rng)
+        self.w = hb.Parameter("w", (6, 4), init="uniform", rng=rng)
+        self.b = hb.Parameter("b", (6,), init="uniform", rng=rng)
+        self.out = nn.Dense(3, 6, seed=1)
+
+    def forward(self, word, label):
+        h = hb.tanh(hb.affine(self.w, hb.lookup(self.emb, word), self.b))
+        return h, hb.pick_neg_log_softmax(self.out(h), label)
+
+
+@contextmanager
+def switches(shared=True, fused=True):
+    before = distinct.DISTINCT["enabled"], FUSION["enabled"]
+    hb.set_distinct_rows(shared)
+    hb.set_fusion(fused)
+    try:
+        yield
+    finally:
+        hb.set_distinct_rows(before[0])
+        hb.set_fusion(before[1])
+
+
+def _run(mode, reached=None, shared=True, fused=True, spy=None):
+    """(loss, per-call h, gradients) of the 48 calls; reached: the calls the loss reads."""
+    block = Leaf()
+    block.hybridize()
+    params = list(block.collect_params().values())
+    reached = range(len(WORDS)) if reached is None else reached
+    with switches(shared, fused):
+        if mode == "eager":
+            outs = [block(w, i % 3) for i, w in enumerate(WORDS)]
+            loss = hb.add_n([outs[i][1] + hb.sum(outs[i][0] * (1.0 + i)) for i in reached])
+        else:
+            with hb.batching(granularity="block"):
+                outs = [block(w, i % 3) for i, w in enumerate(WORDS)]
+                loss = hb.add_n([outs[i][1] + hb.sum(outs[i][0] * (1.0 + i)) for i in reached])
+        loss.backward()
+        hs = np.stack([h.asnumpy() for h, _ in outs])
+    return loss.item(), hs, [p.grad.copy() for p in params]
+
+
+def _same(a, b):
+    assert a[0] == pytest.approx(b[0], rel=1e-5)
+    np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
+    for ga, gb in zip(a[2], b[2]):
+        np.testing.assert_allclose(ga, gb, rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture
+def splits(monkeypatch):
+    """The (distinct keys, rows) of every batch that shared rows."""
+    seen = []
+    real = distinct.KeyedPart.split
+
+    def spy(self, ints, size):
+        out = real(self, ints, size)
+        if out is not None:
+            seen.append((len(out[0]), size))
+        return out
+    monkeypatch.setattr(distinct.KeyedPart, "split", spy)
+    return seen
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_shared_rows_give_the_per_row_values_and_gradients(splits, fused):
+    shared = _run("block", fused=fused)
+    assert splits == [(5, 48)]
+    _same(shared, _run("block", shared=False, fused=fused))
+    _same(shared, _run("eager"))
+
+
+def test_backward_reaching_some_calls_keeps_only_their_keys(splits):
+    reached = [0, 1, 2, 5, 6]      # words 3 and 1 only: the other keys get no gradient
+    shared = _run("block", reached)
+    assert splits == [(5, 48)]
+    _same(shared, _run("block", reached, shared=False))
+    _same(shared, _run("eager", reached))
+    emb_grad = shared[2][0]
+    assert np.abs(emb_grad[[3, 1]]).min() > 0 and not emb_grad[[0, 7, 9]].any()
+
+
+def test_the_keyed_part_is_the_words_layers_not_the_labels_loss():
+    block = Leaf()
+    block.hybridize()
+    with hb.batching(granularity="block"):
+        block(3, 1)
+    program = next(iter(block._programs.values()))
+    part = program.keyed_part(program.units(np))
+    assert part.column == 0
+    assert [u[1].op.name for u in part.rest] == ["pick_neg_log_softmax"]
+    assert len(part.boundary) == 2        # h (an output) and the logits (the loss reads them)
+
+
+def test_few_rows_or_mostly_distinct_keys_run_every_row():
+    part = distinct.KeyedPart([], [], set(), (), 0)
+    assert part.split(np.zeros(distinct.MIN_ROWS - 1, np.int64), distinct.MIN_ROWS - 1) is None
+    assert part.split(np.arange(40), 40) is None
+    first, inverse = part.split(np.array([5, 2, 5, 5] * 8), 32)
+    assert list(first) == [1, 0] and list(inverse[:4]) == [1, 0, 1, 1]
+
+
+def test_a_part_without_a_product_is_not_split():
+    class Embed(hb.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.emb = hb.Parameter("emb", (10, 4), init="uniform", rng=np.random.default_rng(0))
+
+        def forward(self, word):
+            return hb.tanh(hb.lookup(self.emb, word))
+
+    block = Embed()
+    block.hybridize()
+    with hb.batching(granularity="block"):
+        block(1)
+    program = next(iter(block._programs.values()))
+    assert program.keyed_part(program.units(np)) is None
+
+
+def test_nan_from_a_shared_row_names_its_first_call():
+    def message(shared):
+        block = Leaf()
+        block.hybridize()
+        block.emb.data[7] = np.nan          # word 7: calls 4, 11, ...
+        with switches(shared), pytest.raises(NumericsError) as err:
+            with hb.batching(granularity="block", check_numerics=True):
+                [block(w, i % 3) for i, w in enumerate(WORDS)]
+        return str(err.value)
+
+    assert message(True) == message(False)
+    assert "node 8 " in message(True)       # call 4's node: two nodes (h, loss) per call
