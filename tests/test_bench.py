@@ -73,6 +73,22 @@ def test_in_process_no_eager_other_policy():
     _check_part(res["batched"]["infer"], True)
 
 
+def test_no_distinct_rows_runs_every_row_and_says_so(tmp_path, capsys, monkeypatch):
+    from hybridbatch import distinct
+    seen = []
+    real = distinct.KeyedPart.split
+    monkeypatch.setattr(distinct.KeyedPart, "split",
+                        lambda self, ints, size: seen.append(size) or real(self, ints, size))
+    out = tmp_path / "r.json"
+    args = ["W1", "--hidden", "8", "--instances", "4", "--warmup", "2", "--eager-instances", "2",
+            "--eager-warmup", "1", "--repeats", "1", "--synthetic-train", "20", "--synthetic-dev", "2",
+            "--gemm-repeats", "1", "--no-progress", "--no-check", "--no-distinct-rows", "--json", str(out)]
+    assert cli.main(args) == 0
+    assert json.loads(out.read_text())["config"]["distinct_rows"] is False
+    assert "distinct rows off" in capsys.readouterr().out
+    assert seen == [] and distinct.DISTINCT["enabled"]       # restored after the run
+
+
 def test_sweep_writes_png_and_json(tmp_path, capsys):
     out = tmp_path / "sweep.json"
     args = ["W1", "--sweep", "batch", "--hidden", "8", "--instances", "4", "--warmup", "2",

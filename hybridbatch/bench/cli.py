@@ -95,6 +95,8 @@ def build_parser():
                     help="synthetic training set size (workload default when not given)")
     ap.add_argument("--synthetic-dev", type=int_at_least(0), default=None, help="synthetic dev set size")
     ap.add_argument("--no-check", action="store_true", help="skip the batched-vs-eager loss check")
+    ap.add_argument("--no-distinct-rows", action="store_true",
+                    help="run every row of a block's integer-keyed part (default: once per distinct key)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap
 
@@ -102,7 +104,8 @@ def build_parser():
 # flags of one workload's benchmark, and of the policies comparison: given to the other
 # command, they would be silently ignored
 SINGLE_ONLY = ("policy", "granularity", "instances", "warmup", "repeats", "eager_instances", "eager_warmup",
-               "no_eager", "sweep", "gemm_repeats", "synthetic_train", "synthetic_dev", "no_check")
+               "no_eager", "sweep", "gemm_repeats", "synthetic_train", "synthetic_dev", "no_check",
+               "no_distinct_rows")
 POLICIES_ONLY = ("workloads", "eval_batches", "no_throughput")
 
 
@@ -129,6 +132,7 @@ def config_from_args(args):
                   warmup=args.warmup, repeats=args.repeats, eager=not args.no_eager,
                   eager_instances=args.eager_instances, eager_warmup=args.eager_warmup, lr=args.lr,
                   seed=args.seed, gemm_repeats=args.gemm_repeats, check=not args.no_check,
+                  distinct_rows=not args.no_distinct_rows,
                   workload_options=options)
 
 

@@ -17,6 +17,10 @@ Training = forward + backward + `Trainer` SGD step per minibatch of `batch` inst
 minibatch loss being the sum of the instances' losses. Inference = forward only, reading
 every logits handle of `predict` with `asnumpy()`. FLOPs are the workload's matrix products
 (`forward_flops`; training counts 3x, forward and the two products of each backward).
+They are the model's count: where a block's integer-keyed part runs once per distinct key
+(`distinct.py`; W1's leaves, W2/W3's input projections) fewer products run, and the
+figures, throughput and efficiency alike, measure that. `distinct_rows=False`
+(`--no-distinct-rows`) runs every row.
 Efficiency = achieved FLOP/s / single-thread float32 GEMM FLOP/s (1024x512 @ 512x1280)
 measured in the same run: each repeat takes GEMM samples right before its batched training
 run and right after its batched inference run, and its efficiency uses their median. This
@@ -36,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import api as hb
+from ..distinct import DISTINCT, set_distinct_rows
 from ..optim import Trainer
 from ..scope import batching
 from . import machine
@@ -63,6 +68,7 @@ class Config:
     seed: int = 0
     gemm_repeats: int = 7
     check: bool = True                      # compare batched and eager losses once
+    distinct_rows: bool = True              # hb.set_distinct_rows for the batched runs
     workload_options: dict = field(default_factory=dict)   # extra constructor keywords
 
     def resolved(self):
@@ -338,6 +344,8 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
     gemm_near = []      # per repeat: GEMM samples taken around its batched runs
     flops = {"train": [], "infer": [], "eager_train": [], "eager_infer": []}
     check = None
+    distinct_before = DISTINCT["enabled"]
+    set_distinct_rows(cfg.distinct_rows)
     try:
         bar.set_description_str(f"{cfg.workload} h{cfg.hidden} b{cfg.batch} warm-up")
         if warm:
@@ -371,6 +379,7 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
                 runs["eager_infer"].append(infer_eager(wl, es, cfg, bar))
     finally:
         bar.close()
+        set_distinct_rows(distinct_before)
 
     gemm_after = machine.gemm_rate(cfg.gemm_repeats)
     unit = gemm_before["flops"]

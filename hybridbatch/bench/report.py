@@ -35,7 +35,7 @@ def format_result(res):
     lines = [f"{res['workload']}: {res['description']}",
              f"data {res['data']} ({res['train_pool']} training instances); hidden {c['hidden']}, "
              f"minibatch {c['batch']}, policy {c['policy']}, granularity {c['granularity']}, "
-             f"SGD lr {c['lr']}"]
+             f"SGD lr {c['lr']}, distinct rows {'on' if c.get('distinct_rows', True) else 'off'}"]
     eager_txt = f"eager {res['eager_instances']} instances" if e else "no eager run"
     lines.append(f"measured: {c['instances']} instances batched, {eager_txt}; warm-up {c['warmup']} "
                  f"(eager {c['eager_warmup']}); median of {c['repeats']} run(s)")
