@@ -56,14 +56,13 @@ def keyed_part(units, outputs, int_column):
     slots, keyed, rest = set(), [], []
     key, product = None, False      # the first integer column read decides the key
     for unit in units:
+        reads = _reads(unit)
         if isinstance(unit, FusedRun):
-            reads = [key for kind, key in unit.inputs if kind == "slot"]
             ok = bool(reads) and all(r in slots for r in reads)
             made = [step[0] for step in unit.steps]
         else:
-            slot, sig, refs, aux = unit
+            slot, sig, _, aux = unit
             op = sig.op
-            reads = [r for r in refs if r is not None]
             column = int_column(aux) if op.uses_aux else None
             ok = (op.batchable and all(r in slots for r in reads) and (bool(reads) or column is not None)
                   and (column is None or key is None or column == key))
@@ -85,7 +84,7 @@ def keyed_part(units, outputs, int_column):
 
 def _reads(unit):
     if isinstance(unit, FusedRun):
-        return [key for kind, key in unit.inputs if kind == "slot"]
+        return [k for kind, k in unit.inputs if kind == "slot"]
     return [r for r in unit[2] if r is not None]
 
 
