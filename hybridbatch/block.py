@@ -18,6 +18,7 @@ from .parameter_dict import ParameterDict
 from .trace import INT, STATIC, trace
 
 
+_local = _scope._local         # its .scope: the batching scope recording on this thread, or None
 _traced = weakref.WeakSet()      # HybridBlocks holding traced programs
 
 
@@ -128,11 +129,11 @@ class HybridBlock(Block):
         super().hybridize(active)
 
     def __call__(self, *args):
-        scope = _scope.current()
+        scope = _local.scope
+        if scope is not None and scope.granularity == "block" and self._active:
+            return self._record_call(scope, args)     # a tracing scope is never "block"
         if not self._active or (scope is not None and scope.tracing):
             return self.forward(*args)      # plain, or inlined into an enclosing trace
-        if scope is not None and scope.granularity == "block":
-            return self._record_call(scope, args)
         handles, key, ints = [], [], []
         for a in args:
             if isinstance(a, Parameter):
@@ -150,17 +151,25 @@ class HybridBlock(Block):
         if scope is None:
             return program.replay(eager.apply, eager.constant, handles, ints)
         if scope.granularity == "auto" and not self.auto_inline:
-            return scope.record_program(program, [h.id for h in handles], ints)
+            depths = scope.graph.depth
+            return scope.record_program(program, [h.id for h in handles],
+                                        max([depths[h.id] for h in handles], default=0), ints)
         return program.replay(scope.record, scope.constant, handles, ints)
 
     def _record_call(self, scope, args):
         """Block granularity, the hot path: one graph node per call."""
-        types = scope.graph.type
+        g = scope.graph
+        types = g.type
+        depths = g.depth
         ids, key, ints = [], [], []
+        depth = 0                                              # the deepest operand's
         for a in args:
             if a.__class__ is Future and a.scope is scope:     # the common cases first:
-                ids.append(a.id)                               # exact class tests are cheaper
-                key.append(types[a.id])                        # than isinstance
+                i = a.id                                       # exact class tests are cheaper
+                ids.append(i)                                  # than isinstance
+                key.append(types[i])
+                if depths[i] > depth:
+                    depth = depths[i]
             elif a.__class__ is int:
                 key.append(INT)
                 ints.append(a)
@@ -175,9 +184,11 @@ class HybridBlock(Block):
                 i = _as_handle(a, scope).id
                 ids.append(i)
                 key.append(types[i])
+                if depths[i] > depth:
+                    depth = depths[i]
         key = tuple(key)
         program = self._programs.get(key)
-        return scope.record_program(program if program is not None else self._program(key), ids, ints)
+        return scope.record_program(program if program is not None else self._program(key), ids, depth, ints)
 
     def _program(self, key):
         program = self._programs.get(key)

@@ -59,3 +59,43 @@ class Future:
 
     def __repr__(self):
         return f"Future(node={self.id}, shape={self.shape}, dtype={self.dtype.name})"
+
+
+_new = object.__new__
+
+
+def _one(scope, nid):
+    f = _new(Future)
+    f.scope = scope
+    f.id = nid
+    return f
+
+
+def _two(scope, nid):
+    a = _new(Future)
+    b = _new(Future)
+    a.scope = b.scope = scope
+    a.id, b.id = nid, nid + 1
+    return a, b
+
+
+def _three(scope, nid):
+    a = _new(Future)
+    b = _new(Future)
+    c = _new(Future)
+    a.scope = b.scope = c.scope = scope
+    a.id, b.id, c.id = nid, nid + 1, nid + 2
+    return a, b, c
+
+
+def maker(n, single):
+    """A function (scope, nid) -> the Future of node nid (single) or the tuple of the n
+    Futures of nodes nid.. (a block call's outputs). Recording's hot path: it sets the two
+    slots itself, a third cheaper than calling Future (whose __init__ is a Python frame)."""
+    if single:
+        return _one
+    if n == 2:
+        return _two
+    if n == 3:
+        return _three
+    return lambda scope, nid: tuple([_one(scope, nid + j) for j in range(n)])

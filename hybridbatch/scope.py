@@ -23,9 +23,14 @@ from .parameter import Parameter
 from .plan import Plan
 from .schedule import get_policy
 from .trace import BlockInt
-from . import backend, signature
+from . import backend, future, signature
 
-_local = threading.local()
+
+class _Local(threading.local):
+    scope = None          # the default of every thread: read as a plain attribute, no getattr
+
+
+_local = _Local()
 _sig_by_key = signature._sig_by_key
 
 GRANULARITIES = ("op", "block", "auto")
@@ -33,15 +38,11 @@ GRANULARITIES = ("op", "block", "auto")
 # (and keep its first value for every later call), where the un-hybridized forward has both.
 _CAPTURED = ("a hybridized block's forward read a value computed outside it (a closure, global or attribute); "
              "a trace would keep it as a constant, without its gradient: pass it to the block as an argument")
-# the Futures of a block call with 2 or 3 outputs, as one tuple display: a sixth of a
-# recorded call's time less than a list comprehension (Python 3.11 runs it as a function)
-_FUTURE_TUPLES = {2: lambda scope, nid: (Future(scope, nid), Future(scope, nid + 1)),
-                  3: lambda scope, nid: (Future(scope, nid), Future(scope, nid + 1), Future(scope, nid + 2))}
 
 
 def current():
     """The batching scope recording on this thread, or None (eager mode)."""
-    return getattr(_local, "scope", None)
+    return _local.scope
 
 
 @dataclass
@@ -152,12 +153,13 @@ class batching:
             g.origin.append(_caller())
         return g.add(sig.id, sig.out_type, depth, ids, aux)
 
-    def record_program(self, program, ids, ints=()):
+    def record_program(self, program, ids, depth, ints=()):
         """One node for a whole traced block call (block granularity), plus its extra outputs.
 
-        ids: the operand node ids. Returns one Future, or a tuple with one per output.
-        A call with neither values nor integers gives its kernel nothing to size a batch
-        by, so its ops are recorded instead (as at op granularity).
+        ids: the operand node ids; depth: the greatest of their depths (0 with none), which
+        the caller reads while it collects them. Returns one Future, or a tuple with one per
+        output. A call with neither values nor integers gives its kernel nothing to size a
+        batch by, so its ops are recorded instead (as at op granularity).
         """
         if not ids and not ints:
             return program.replay(self.record, self.constant, [])
@@ -171,20 +173,14 @@ class batching:
                 g.aux_flat.extend(ints)
         else:
             aux = -1
-        depth = 1
-        gdepth = g.depth
-        for i in ids:
-            if gdepth[i] >= depth:
-                depth = gdepth[i] + 1
         if g.origin is not None:
-            g.origin.extend([_caller()] * (1 + len(program.extra_out_sigs)))
-        nid = g.add(program.sig.id, program.sig.out_type, depth, ids, aux, program.extra_outs)
-        if program.single:
-            return Future(self, nid)
-        make = _FUTURE_TUPLES.get(len(program.outputs))
-        if make is not None:
-            return make(self, nid)
-        return tuple([Future(self, nid + j) for j in range(len(program.outputs))])
+            g.origin.extend([_caller()] * (1 + len(program.extra_outs)))
+        nid = g.add(program.sig.id, program.sig.out_type, depth + 1, ids, aux, program.extra_outs)
+        try:
+            make = program.make_futures
+        except AttributeError:        # the program's first recorded call
+            make = program.make_futures = future.maker(len(program.outputs), program.single)
+        return make(self, nid)
 
     def constant(self, value):
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
