@@ -50,9 +50,13 @@ def to_array(value):
 
     Always a copy: a recorded value is read at a later flush (and eager reverse mode reads
     its inputs again), so a caller reusing its buffer (`h *= 0.5`) must not change it."""
-    if hasattr(value, "dtype") and hasattr(value, "shape"):
-        return _xp.array(value, copy=True)
-    value = np.asarray(value)
-    if value.dtype.kind == "f":
-        value = value.astype(np.float32)
-    return _xp.asarray(value)
+    is_array = hasattr(value, "dtype") and hasattr(value, "shape")
+    out = _xp.array(value, copy=True) if is_array else np.asarray(value)
+    if out.dtype.kind in "OUSV":    # None, strings, objects: numpy holds them, no kernel takes them
+        raise TypeError(f"{type(value).__name__} {value!r:.60} is not a value: an operand must be a Future, "
+                        f"Tensor, Parameter, number or numeric array")
+    if is_array:
+        return out
+    if out.dtype.kind == "f":
+        out = out.astype(np.float32)
+    return _xp.asarray(out)

@@ -76,3 +76,12 @@ def test_python_sum_of_bool_values_raises_as_bool_arithmetic_does():
     """sum() starts at 0, and 0 + x returned x itself: sum([b, b]) of bools was b OR b
     ([True, False, True]) where numpy counts ([2, 0, 2]); 1 + b already raised."""
     _raises_at_the_call(lambda x: sum([x, x]), BOOLS, match="bool")
+
+
+@pytest.mark.parametrize("bad", [None, "abc", [1, None], np.array([None])])
+def test_none_strings_and_objects_are_refused_as_operands_in_both_modes(bad):
+    x = np.ones(3, np.float32)
+    with pytest.raises(TypeError, match="is not a value"):
+        hb.add_n([hb.array(x), bad])
+    with hb.batching(), pytest.raises(TypeError, match="is not a value"):
+        hb.add_n([hb.array(x), bad])
