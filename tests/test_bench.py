@@ -158,6 +158,11 @@ def test_policies_command_rejects_unknown_workloads(capsys):
     assert "W99" in capsys.readouterr().err
 
 
+def test_policies_command_rejects_a_workload_named_twice(capsys):
+    assert cli.main(["policies", "--workloads", "W1,w2,W1 ", "--no-progress"]) == 2
+    assert "W1 more than once" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag, value, message", [
     ("--hidden", "0", "must be an integer >= 1, got '0'"),
     ("--hidden", "abc", "must be an integer >= 1, got 'abc'"),

@@ -174,6 +174,9 @@ def _policies(args, progress):
     unknown = sorted(set(names) - set(WORKLOADS))
     if unknown:
         raise UnknownWorkload(f"unknown workload(s) {unknown}; expected some of {', '.join(WORKLOADS)}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UnknownWorkload(f"--workloads names {', '.join(twice)} more than once")
     res = compare_policies(names, progress=progress, hidden=args.hidden, batch=args.batch,
                            eval_batches=args.eval_batches, measure=not args.no_throughput,
                            data=args.data, seed=args.seed, lr=args.lr)
