@@ -134,7 +134,8 @@ class SGD(Optimizer):
         g = self._decayed(backend.xp(), weight, grad)
         mom = state["mom"]
         if not self.momentum and mom is None:
-            weight -= self.learning_rate * g
+            g *= self.learning_rate     # in place: the gradient is spent after its update (no temporary)
+            weight -= g
             return
         if mom is None:
             mom = state["mom"] = backend.xp().zeros_like(weight)
