@@ -4,6 +4,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hybridbatch as hb
 from hybridbatch import distinct, nn
@@ -42,19 +43,19 @@ def switches(shared=True, fused=True):
         hb.set_fusion(before[1])
 
 
-def _run(mode, reached=None, shared=True, fused=True, spy=None):
-    """(loss, per-call h, gradients) of the 48 calls; reached: the calls the loss reads."""
+def _run(mode, reached=None, shared=True, fused=True, words=WORDS):
+    """(loss, per-call h, gradients) of the calls on `words`; reached: the calls the loss reads."""
     block = Leaf()
     block.hybridize()
     params = list(block.collect_params().values())
-    reached = range(len(WORDS)) if reached is None else reached
+    reached = range(len(words)) if reached is None else reached
     with switches(shared, fused):
         if mode == "eager":
-            outs = [block(w, i % 3) for i, w in enumerate(WORDS)]
+            outs = [block(w, i % 3) for i, w in enumerate(words)]
             loss = hb.add_n([outs[i][1] + hb.sum(outs[i][0] * (1.0 + i)) for i in reached])
         else:
             with hb.batching(granularity="block"):
-                outs = [block(w, i % 3) for i, w in enumerate(WORDS)]
+                outs = [block(w, i % 3) for i, w in enumerate(words)]
                 loss = hb.add_n([outs[i][1] + hb.sum(outs[i][0] * (1.0 + i)) for i in reached])
         loss.backward()
         hs = np.stack([h.asnumpy() for h, _ in outs])
@@ -150,3 +151,14 @@ def test_nan_from_a_shared_row_names_its_first_call():
 
     assert message(True) == message(False)
     assert "node 8 " in message(True)       # call 4's node: two nodes (h, loss) per call
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_keys_and_reached_calls_match_every_row_run(data):
+    """Any repetition pattern (all one word, all distinct, around MIN_ROWS and MAX_SHARE)
+    and any reached subset: shared rows give what running every row gives."""
+    n = data.draw(st.integers(1, 40), label="calls")
+    words = data.draw(st.lists(st.integers(0, 9), min_size=n, max_size=n), label="words")
+    reached = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True), label="reached")
+    _same(_run("block", reached, words=words), _run("block", reached, shared=False, words=words))
