@@ -1,5 +1,7 @@
 """The op functions users call. Each records a node inside a scope, or runs eagerly outside."""
 
+import math
+
 import numpy as np
 
 from .eager import Tensor, constant as _eager_constant, apply as _eager_apply
@@ -74,7 +76,8 @@ def mul(a, b):
 
 def div(a, b):
     if isinstance(b, _Number):       # a Python float: 1.0 / np.float16(3) rounds to float16
-        return _scalar_affine(a, 1.0 / float(b), 0.0)
+        b = float(b)                 # / 0 gives numpy's inf and nan: x * (+-inf)
+        return _scalar_affine(a, 1.0 / b if b else math.copysign(math.inf, b), 0.0)
     if isinstance(a, _Number):       # a number over a value: a scalar constant of its dtype
         a = np.asarray(a, dtype=b.dtype if hasattr(b, "dtype") else np.float32)
     return apply(E.Div, (a, b))

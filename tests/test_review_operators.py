@@ -85,3 +85,16 @@ def test_none_strings_and_objects_are_refused_as_operands_in_both_modes(bad):
         hb.add_n([hb.array(x), bad])
     with hb.batching(), pytest.raises(TypeError, match="is not a value"):
         hb.add_n([hb.array(x), bad])
+
+
+@pytest.mark.parametrize("zero", [0, 0.0, -0.0, np.float32(0)])
+def test_division_by_a_zero_number_gives_numpys_inf_and_nan(zero):
+    v = np.array([1.0, 0.0, -2.0], np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = v / np.float32(zero)
+        got_eager = (hb.array(v) / zero).asnumpy()
+        with hb.batching():
+            got = (hb.array(v) / zero)
+        got = got.asnumpy()
+    np.testing.assert_array_equal(got_eager, want)
+    np.testing.assert_array_equal(got, want)
