@@ -94,10 +94,17 @@ def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
                 if not (tid.isascii() and tid.isdigit()):
                     sep = "-" if "-" in tid else "." if "." in tid else None
                     parts = tid.split(sep) if sep else []
-                    if (len(parts) == 2 and all(p.isascii() and p.isdigit() for p in parts)):
-                        continue      # a multiword token (1-2) or an empty node (8.1)
-                    raise fail(lineno, line, "an integer ID, a range 'a-b' or an empty node "
-                               "'a.b' in column 1", tid, 0, fields)
+                    if not (len(parts) == 2 and all(p.isascii() and p.isdigit() for p in parts)):
+                        raise fail(lineno, line, "an integer ID, a range 'a-b' or an empty node "
+                                   "'a.b' in column 1", tid, 0, fields)
+                    a, b, n = int(parts[0]), int(parts[1]), len(cur)
+                    if sep == "-" and not (a == n + 1 and b > a):
+                        raise fail(lineno, line, f"a multiword range '{n + 1}-b' with b > {n + 1} in column 1 "
+                                   f"(it starts at the next word)", tid, 0, fields)
+                    if sep == "." and not (a == n and b >= 1):
+                        raise fail(lineno, line, f"an empty node '{n}.k' with k >= 1 in column 1 (after word {n})",
+                                   tid, 0, fields)
+                    continue      # a multiword token (1-2) or an empty node (8.1)
                 n = len(cur) + 1
                 if int(tid) != n:
                     raise fail(lineno, line, f"ID {n} (IDs count 1, 2, ... in a sentence)",
