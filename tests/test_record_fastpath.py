@@ -1,0 +1,68 @@
+"""Block-granularity recording's fast path: every output arity, depths, and its refusals."""
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+from hybridbatch.errors import ScopeError
+
+
+class Outputs(hb.HybridBlock):
+    """x -> n outputs (x * 1, x * 2, ...); n=None: the single value x * 1, not a tuple."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def forward(self, x):
+        outs = tuple(x * float(k + 1) for k in range(self.n or 1))
+        return outs[0] if self.n is None else outs
+
+
+@pytest.mark.parametrize("n", [None, 1, 2, 3, 4, 5])
+def test_every_output_arity_gives_its_futures_and_values(n):
+    block = Outputs(n)
+    block.hybridize()
+    x = np.arange(3, dtype=np.float32)
+    with hb.batching(granularity="block") as scope:
+        first = block(x)
+        again = block(first if n is None else first[-1])
+    if n is None:
+        assert isinstance(first, hb.Future) and isinstance(again, hb.Future)
+        outs = [first]
+    else:
+        assert isinstance(first, tuple) and len(first) == n == len(again)
+        assert [f.id for f in first] == list(range(first[0].id, first[0].id + n))
+        assert all(f.scope is scope for f in first)
+        outs = list(first)
+    for k, f in enumerate(outs):
+        np.testing.assert_array_equal(f.asnumpy(), x * (k + 1))
+    last = again if n is None else again[-1]
+    np.testing.assert_array_equal(last.asnumpy(), x * (len(outs) ** 2))
+
+
+def test_a_call_is_one_deeper_than_its_deepest_operand():
+    block = Outputs(3)
+    block.hybridize()
+    x = np.ones(2, np.float32)
+    with hb.batching(granularity="block") as scope:
+        a = block(x)                      # reads an input node (depth 0)
+        b = block(a[1])
+        c = block(b[2])
+        d = Outputs(None)
+        d.hybridize()
+        e = d(c[0])
+        depth = scope.graph.depth
+        assert [depth[f.id] for f in a] == [1, 1, 1]
+        assert [depth[f.id] for f in b] == [2, 2, 2]
+        assert [depth[f.id] for f in c] == [3, 3, 3]
+        assert depth[e.id] == 4
+
+
+def test_a_future_of_another_scope_is_refused_at_the_call():
+    block = Outputs(2)
+    block.hybridize()
+    with hb.batching(granularity="block"):
+        old = block(np.ones(2, np.float32))
+    with hb.batching(granularity="block"):
+        with pytest.raises(ScopeError, match="outside the batching scope"):
+            block(old[0])
