@@ -28,7 +28,8 @@ def scatter_add_rows(dst, rows, src):
         np.add.at(dst, np.asarray(rows, np.int64), src)
         return
     d2 = dst.reshape(dst.shape[0], -1)
-    s2 = np.ascontiguousarray(src).reshape(len(rows), -1)
+    # a 2-D src is read in place, strided or not (concat's gradient is column halves of one array)
+    s2 = src if src.ndim == 2 else np.ascontiguousarray(src).reshape(len(rows), -1)
     if d2.dtype != s2.dtype:
         s2 = s2.astype(d2.dtype)
     _scatter_add_2d(d2, np.asarray(rows, np.int64), s2)
