@@ -39,11 +39,10 @@ class KeyedPart:
 
     def split(self, ints, size):
         """(first row of each distinct key, each row's key index), or None where sharing
-        rows does not pay."""
+        rows does not pay. Keys are numbered in the order of their first rows."""
         if size < MIN_ROWS:
             return None
-        key = ints if ints.ndim == 1 else ints[:, self.column]
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        first, inverse = _by_first_row(ints if ints.ndim == 1 else ints[:, self.column])
         if len(first) > MAX_SHARE * size:
             return None
         return first, inverse
@@ -82,6 +81,18 @@ def keyed_part(units, outputs, int_column):
     return KeyedPart(keyed, rest, slots, boundary, key)
 
 
+def _by_first_row(key):
+    """(first row of each distinct value of `key`, each row's value index), the values
+    numbered in the order of their first rows: key index k < j means key k's first row comes
+    first, so check_numerics, mapping the first bad key row to its first row, names the
+    first bad call."""
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.reshape(-1)]
+
+
 def _reads(unit):
     if isinstance(unit, FusedRun):
         return [k for kind, k in unit.inputs if kind == "slot"]
@@ -89,13 +100,14 @@ def _reads(unit):
 
 
 class Distinct:
-    """One batch's sharing: the part, each row's key index, the key rows' integers, and
-    the boundary values with one row per key (backward runs the keyed units on those)."""
+    """One batch's sharing: the part, each key's first row and each row's key index, the
+    key rows' integers, and the boundary values with one row per key (backward runs the
+    keyed units on those)."""
 
-    __slots__ = ("part", "inverse", "ints", "values")
+    __slots__ = ("part", "first", "inverse", "ints", "values")
 
-    def __init__(self, part, inverse, ints, values):
-        self.part, self.inverse, self.ints, self.values = part, inverse, ints, values
+    def __init__(self, part, first, inverse, ints, values):
+        self.part, self.first, self.inverse, self.ints, self.values = part, first, inverse, ints, values
 
     def expand(self, vals):
         """Copy each boundary value out to every row of the batch (in vals)."""
@@ -114,6 +126,8 @@ class Distinct:
 
     def rows(self, live):
         """This sharing for the batch rows in boolean mask `live`, and the key indices kept."""
-        used, inverse = np.unique(self.inverse[live], return_inverse=True)
+        keys = self.inverse[live]
+        first, inverse = _by_first_row(keys)
+        used = keys[first]
         values = {s: v[used] for s, v in self.values.items()}
-        return Distinct(self.part, inverse, self.ints[used], values), used
+        return Distinct(self.part, first, inverse, self.ints[used], values), used

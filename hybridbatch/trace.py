@@ -10,6 +10,7 @@ import itertools
 
 import numpy as np
 
+from . import autograd
 from .autograd import accumulate_param
 from .distinct import DISTINCT, Distinct, keyed_part
 from .errors import HybridBatchError
@@ -140,7 +141,7 @@ class Program:
                 first, inverse = split
                 key_ints = ints[first]
                 self._run(xp, part.keyed, vals, key_ints, len(first))
-                vals.distinct = Distinct(part, inverse, key_ints, {s: vals[s] for s in part.boundary})
+                vals.distinct = Distinct(part, first, inverse, key_ints, {s: vals[s] for s in part.boundary})
                 vals.distinct.expand(vals)
                 todo = part.rest
         self._run(xp, todo, vals, ints, size)
@@ -221,7 +222,16 @@ class Program:
             key_vals = _Values(vals)
             for s, v in distinct.values.items():
                 key_vals[s] = v
-            self._backward_units(xp, distinct.part.keyed, key_vals, grads, const, distinct.ints)
+            numerics = getattr(autograd._pending, "numerics", None)
+            if numerics is None:
+                self._backward_units(xp, distinct.part.keyed, key_vals, grads, const, distinct.ints)
+            else:   # a NaN/inf key row names the key's first call (keys are in first-row order)
+                batch = plan, b, sig, rows = numerics.batch
+                numerics.batch = plan, b, sig, distinct.first if rows is None else rows[distinct.first]
+                try:
+                    self._backward_units(xp, distinct.part.keyed, key_vals, grads, const, distinct.ints)
+                finally:
+                    numerics.batch = batch
         return tuple(grads[i] if need else None for i, need in enumerate(needs))
 
     def _backward_units(self, xp, units, vals, grads, const, ints):
