@@ -23,7 +23,7 @@ from .parameter import Parameter
 from .plan import Plan
 from .schedule import get_policy
 from .trace import BlockInt
-from . import backend, future, signature
+from . import backend, signature
 
 
 class _Local(threading.local):
@@ -176,11 +176,7 @@ class batching:
         if g.origin is not None:
             g.origin.extend([_caller()] * (1 + len(program.extra_outs)))
         nid = g.add(program.sig.id, program.sig.out_type, depth + 1, ids, aux, program.extra_outs)
-        try:
-            make = program.make_futures
-        except AttributeError:        # the program's first recorded call
-            make = program.make_futures = future.maker(len(program.outputs), program.single)
-        return make(self, nid)
+        return program.make_futures(self, nid)
 
     def constant(self, value):
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""

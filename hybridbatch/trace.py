@@ -14,7 +14,7 @@ from . import autograd
 from .autograd import accumulate_param
 from .distinct import DISTINCT, Distinct, keyed_part
 from .errors import HybridBatchError
-from .future import Future
+from .future import Future, maker
 from .kernels.fused import FusedRun, plan_units
 from .ops.registry import Op
 from .ops.shape import Input, Output
@@ -91,6 +91,7 @@ class Program:
         self.outputs = tuple(outputs)
         self.single = single
         self.out_types = tuple(graph.type[o] for o in outputs)
+        self.make_futures = maker(len(self.outputs), single)    # (scope, nid) -> a block call's Futures
         self._units = None
         self._keyed = {}     # per unit list (fused or not): its KeyedPart, or None
         self.op = Composite(self)
