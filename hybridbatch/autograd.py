@@ -53,6 +53,22 @@ class _Numerics:
                 raise_numerics(plan, b, sig, self.origin, f"gave a NaN/inf gradient for {what}", row)
 
 
+@contextmanager
+def rows_named_by(first):
+    """Within: gradients have one row per key of a distinct-rows batch (distinct.py), and
+    check_numerics names key k's first call, batch row first[k]."""
+    numerics = getattr(_pending, "numerics", None)
+    if numerics is None:
+        yield
+        return
+    batch = plan, b, sig, rows = numerics.batch
+    numerics.batch = plan, b, sig, first if rows is None else rows[first]
+    try:
+        yield
+    finally:
+        numerics.batch = batch
+
+
 def accumulate_param(pid, g):
     """Add a gradient into Parameter pid's .grad (dense, RowGrad rows, or an OuterGrad)."""
     p = by_id(pid)

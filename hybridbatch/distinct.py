@@ -76,7 +76,7 @@ def keyed_part(units, outputs, int_column):
             rest.append(unit)
     if key is None or not product:
         return None
-    read_later = {key for unit in rest for key in _reads(unit)} | set(outputs)
+    read_later = {r for unit in rest for r in _reads(unit)} | set(outputs)
     boundary = tuple(s for s in sorted(slots) if s in read_later)
     return KeyedPart(keyed, rest, slots, boundary, key)
 

@@ -10,8 +10,7 @@ import itertools
 
 import numpy as np
 
-from . import autograd
-from .autograd import accumulate_param
+from .autograd import accumulate_param, rows_named_by
 from .distinct import DISTINCT, Distinct, keyed_part
 from .errors import HybridBatchError
 from .future import Future, maker
@@ -223,16 +222,8 @@ class Program:
             key_vals = _Values(vals)
             for s, v in distinct.values.items():
                 key_vals[s] = v
-            numerics = getattr(autograd._pending, "numerics", None)
-            if numerics is None:
+            with rows_named_by(distinct.first):     # keys are numbered in first-call order
                 self._backward_units(xp, distinct.part.keyed, key_vals, grads, const, distinct.ints)
-            else:   # a NaN/inf key row names the key's first call (keys are in first-row order)
-                batch = plan, b, sig, rows = numerics.batch
-                numerics.batch = plan, b, sig, distinct.first if rows is None else rows[distinct.first]
-                try:
-                    self._backward_units(xp, distinct.part.keyed, key_vals, grads, const, distinct.ints)
-                finally:
-                    numerics.batch = batch
         return tuple(grads[i] if need else None for i, need in enumerate(needs))
 
     def _backward_units(self, xp, units, vals, grads, const, ints):
