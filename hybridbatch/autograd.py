@@ -93,8 +93,9 @@ def accumulate_param(pid, g):
 def one_gemm_per_weight(xp):
     """Within: OuterGrads wait; at the end each weight gets ONE G^T X over all its batches.
 
-    Fewer, larger GEMMs, and one pass over the weight's gradient instead of one per batch.
-    Batched reverse mode only: eager mode adds each instance's outer product as it comes.
+    Fewer, larger GEMMs, summed straight into the weight's gradient (beta=1) instead of one
+    pass over it per batch. Batched reverse mode only: eager mode adds each instance's
+    outer product as it comes.
     """
     _pending.outer = {}
     try:
@@ -102,13 +103,23 @@ def one_gemm_per_weight(xp):
         for pid, parts in _pending.outer.items():
             left = parts[0].left if len(parts) == 1 else xp.concatenate([g.left for g in parts])
             right = parts[0].right if len(parts) == 1 else xp.concatenate([g.right for g in parts])
-            grad = blas.gemm(left.T, right)
-            if getattr(_pending, "numerics", None) is not None and not xp.isfinite(grad).all():
-                raise NumericsError(f"the gradient of parameter {by_id(pid).name!r}, summed over its batches, "
-                                    f"overflowed to NaN/inf (each batch's factors were finite)")
-            by_id(pid).add_grad(grad)
+            p = by_id(pid)
+            if getattr(_pending, "numerics", None) is None:
+                p.add_grad_outer(left, right)
+            else:
+                p.add_grad(_finite_sum(p, left, right, xp))
     finally:
         _pending.outer = None
+
+
+def _finite_sum(p, left, right, xp):
+    """left^T @ right for check_numerics: made apart so that a NaN/inf raises before it
+    reaches p's gradient."""
+    grad = blas.gemm(left.T, right)
+    if not xp.isfinite(grad).all():
+        raise NumericsError(f"the gradient of parameter {p.name!r}, summed over its batches, "
+                            f"overflowed to NaN/inf (each batch's factors were finite)")
+    return grad
 
 
 def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, origin=None):

@@ -167,18 +167,47 @@ def gemm(a, b, library=None):
     return _gemm(_active if library is None else {"mkl": _mkl, "numpy": None}[library], a, b)
 
 
-def _gemm(lib, a, b):
-    if not _usable(lib, a, b):
-        return a @ b
+def add_product(c, a, b):
+    """c += a @ b in place. With MKL one GEMM with beta=1 when c is a C-contiguous host
+    array of the product's dtype: no product temporary and no second pass over c (a
+    weight's gradient: 2.6 MB for W1's U). c must not overlap a or b."""
+    ops = _mkl_operands(_active, a, b)
+    if ops is None or not _accumulator(c, a, b):
+        c += a @ b
+    else:
+        _call(_active, ops, a, b, 1.0, c)
+
+
+def _accumulator(c, a, b):
+    """Whether MKL may write a @ b's sum straight into c."""
+    return (isinstance(c, np.ndarray) and c.dtype == a.dtype and c.flags.c_contiguous and
+            c.flags.writeable and c.shape == (a.shape[0], b.shape[1]))
+
+
+def _mkl_operands(lib, a, b):
+    """((a0, ta), (b0, tb)), a0 and b0 C-contiguous with a == a0.T if ta (b likewise), when
+    MKL takes a @ b; None when numpy must."""
+    if not _usable(lib, a, b) or 0 in a.shape or b.shape[1] == 0:
+        return None
     pa, pb = _operand(a), _operand(b)
-    if pa is None or pb is None or 0 in a.shape or b.shape[1] == 0:
-        return a @ b
-    (a0, ta), (b0, tb) = pa, pb
+    return None if pa is None or pb is None else (pa, pb)
+
+
+def _call(lib, ops, a, b, beta, c):
+    """c = a @ b + beta * c by MKL, c C-contiguous (a.shape[0], b.shape[1])."""
+    (a0, ta), (b0, tb) = ops
     m, k = a.shape
     n = b.shape[1]
-    out = np.empty((m, n), a.dtype)
     lib.gemm[a.dtype](ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, 1.0,
-                      _address(a0), a0.shape[1], _address(b0), b0.shape[1], 0.0, _address(out), n)
+                      _address(a0), a0.shape[1], _address(b0), b0.shape[1], beta, _address(c), n)
+
+
+def _gemm(lib, a, b):
+    ops = _mkl_operands(lib, a, b)
+    if ops is None:
+        return a @ b
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    _call(lib, ops, a, b, 0.0, out)
     return out
 
 
