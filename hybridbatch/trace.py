@@ -200,7 +200,7 @@ class Program:
         dtype = run.steps[-1][1].out_dtype
         gys = [xp.zeros((size, run.n), dtype) if g is None else xp.ascontiguousarray(g) for g in gys]
         ins = self._fused_inputs(run, vals, size)
-        gins = [xp.zeros(x.shape, x.dtype) for x in ins]
+        gins = [(xp.empty if once else xp.zeros)(x.shape, x.dtype) for x, once in zip(ins, run.write_once)]
         run.backward_kernel(size, *ins, *gys, *gins)
         for (kind, key), g in zip(run.inputs, gins):
             if kind == "param":

@@ -234,3 +234,71 @@ def test_fused_kernels_keep_the_ops_order_near_float32_max():
         y = block(big)
     np.testing.assert_array_equal(eager, [0.0, 0.0, 0.0])
     np.testing.assert_array_equal(y.asnumpy(), eager)
+
+
+class Slices(hb.HybridBlock):
+    """Gate math on two 4-wide slices of an 8-wide input starting at 0 and `second`: at 4
+    the run reads every column once; at 2 it reads columns 2-3 twice and 6-7 never."""
+
+    def __init__(self, second):
+        super().__init__()
+        self.second = second
+
+    def forward(self, x):
+        return hb.sigmoid(x[:4]) * hb.tanh(x[self.second:self.second + 4])
+
+
+def _slices_step(second, mode, rows, reached=range(6)):
+    """(per-call outputs, the rows' gradient, the program's units) of a loss reading the
+    calls in `reached`; mode: eager, fused or plain (block granularity, unfused)."""
+    emb = hb.Parameter("emb", rows.shape, init=0.0)
+    emb.data[...] = rows
+    block = Slices(second)
+    block.hybridize()
+    with fusion(mode == "fused"), np.errstate(all="ignore"):
+        if mode == "eager":
+            outs = [block(hb.lookup(emb, k)) for k in range(len(rows))]
+            loss = hb.add_n([hb.sum(outs[k] * (1.0 + k)) for k in reached])
+        else:
+            with hb.batching(granularity="block"):
+                outs = [block(hb.lookup(emb, k)) for k in range(len(rows))]
+                loss = hb.add_n([hb.sum(outs[k] * (1.0 + k)) for k in reached])
+        loss.backward()
+        units = [] if mode == "eager" else next(iter(block._programs.values())).units(np)
+    return np.stack([o.asnumpy() for o in outs]), emb.grad.copy(), units
+
+
+@pytest.mark.parametrize("second, once", [(4, True), (2, False)])
+@pytest.mark.parametrize("reached", [range(6), [0, 3, 4]])
+def test_input_gradients_written_once_only_where_every_column_is_read_once(second, once, reached):
+    rows = np.random.default_rng(5).standard_normal((6, 8)).astype(np.float32)
+    fused, grad, units = _slices_step(second, "fused", rows, reached)
+    (run,) = [u for u in units if isinstance(u, FusedRun)]
+    assert run.write_once == (once,)
+    for mode in ("eager", "plain"):
+        values, expected, _ = _slices_step(second, mode, rows, reached)
+        np.testing.assert_allclose(fused, values, rtol=2e-6, atol=1e-6)
+        np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-6)
+    unreached = [k for k in range(6) if k not in reached]
+    assert np.abs(grad[list(reached)][:, :second + 4]).min() > 0
+    assert not grad[unreached].any()
+    assert not grad[:, second + 4:].any()          # columns the run never reads
+
+
+def test_affine_output_split_into_gates_is_written_once_bias_and_sliced_input_added():
+    *_, units = _gates_step("slices", True)
+    (run,) = [u for u in units if isinstance(u, FusedRun)]
+    flags = [(kind, once) for (kind, _), once in zip(run.inputs, run.write_once)]
+    assert flags == [("slot", True), ("param", False), ("slot", False)]     # z, its bias, c[:4]
+
+
+def test_fused_gradients_keep_nan_and_inf_like_numpy():
+    rows = np.random.default_rng(6).standard_normal((6, 8)).astype(np.float32)
+    rows[1, 0], rows[2, 5], rows[3, 2], rows[4, 7] = np.nan, np.inf, -np.inf, np.nan
+    _, fused, _ = _slices_step(4, "fused", rows)
+    _, plain, _ = _slices_step(4, "plain", rows)
+    assert np.isnan(fused).any()
+    np.testing.assert_array_equal(np.isnan(fused), np.isnan(plain))
+    np.testing.assert_array_equal(np.isinf(fused), np.isinf(plain))
+    finite = np.isfinite(plain)
+    np.testing.assert_allclose(fused[finite], plain[finite], rtol=1e-5, atol=1e-6)

@@ -78,13 +78,16 @@ class FusedRun:
     """One generated kernel pair for a run of elementwise program steps.
 
     inputs: per kernel argument, ("slot", s) a batched (B, width) value or ("param", pid) a
-    shared vector; outputs: program slots the run must materialize, each (B, n).
+    shared vector; outputs: program slots the run must materialize, each (B, n);
+    write_once: per argument, whether the backward assigns every element of its gradient
+    (so the gradient array need not be zeroed first) instead of adding into it.
     """
 
-    def __init__(self, n, inputs, outputs, source):
+    def __init__(self, n, inputs, outputs, write_once, source):
         self.n = n
         self.inputs = inputs
         self.outputs = outputs
+        self.write_once = write_once
         self.forward_kernel, self.backward_kernel = _load(source)
 
 
@@ -100,6 +103,7 @@ def build_run(steps, n, used_later, biases=None):
     bias_of = {}          # leaf variable name -> kernel argument index of its bias
     inputs, input_index = [], {}
     leaves = {}           # (input index, column offset) -> leaf variable name
+    widths = {}           # input index -> columns of a batched input
     value_of = {}         # program slot -> scalar expression name
     lines, grads = [], []  # forward statements; per statement: (name, [(operand var, local derivative)])
 
@@ -109,8 +113,9 @@ def build_run(steps, n, used_later, biases=None):
             inputs.append((kind, key))
         return input_index[(kind, key)]
 
-    def leaf(kind, key, offset):
+    def leaf(kind, key, offset, width):
         k = arg(kind, key)
+        widths[k] = width
         name = leaves.get((k, offset))
         if name is None:
             name = leaves[(k, offset)] = f"l{len(leaves)}"
@@ -118,19 +123,19 @@ def build_run(steps, n, used_later, biases=None):
                 bias_of[name] = arg("param", biases[key])
         return name
 
-    def operand(ref, pid, offset=0):
+    def operand(ref, pid, offset=0, width=n):
         if pid is not None:
-            return leaf("param", pid, offset)
+            return leaf("param", pid, offset, width)
         if ref in value_of and offset == 0:
             return value_of[ref]
-        return leaf("slot", ref, offset)
+        return leaf("slot", ref, offset, width)
 
     for slot, sig, refs, _ in steps:
         name = sig.op.name
         t = f"t{slot}"
         if name == "slice":
             src = refs[0]
-            value_of[slot] = operand(src, None, sig.attrs[0][1])
+            value_of[slot] = operand(src, None, sig.attrs[0][1], sig.in_shapes[0][0])
             continue
         xs = [operand(r, p) for r, p in zip(refs, sig.params)]
         if name == "scalar_affine":
@@ -168,10 +173,11 @@ def build_run(steps, n, used_later, biases=None):
     back = []
     for t, parts in reversed(grads):
         back += [f"a_{x} += a_{t} * {d}" for x, d in parts]
+    once = _write_once(inputs, leaves, widths, n)
     writes = []
     for (k, offset), name in leaves.items():
         target = f"gin{k}[j]" if inputs[k][0] == "param" else f"gin{k}[b, {offset} + j]"
-        writes.append(f"{target} += a_{name}")
+        writes.append(f"{target} {'=' if once[k] else '+='} a_{name}")
         if name in bias_of:
             writes.append(f"gin{bias_of[name]}[{offset} + j] += a_{name}")
     bwd = [f"def backward(B, {ins}, {gouts}, {gins}):", "    for b in range(B):", f"        for j in range({n}):"]
@@ -179,7 +185,18 @@ def build_run(steps, n, used_later, biases=None):
 
     header = _HEADER.format(dtype=steps[-1][1].out_dtype.name)
     source = "\n".join([header, _TANH, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
-    return FusedRun(n, inputs, outputs, source)
+    return FusedRun(n, inputs, outputs, once, source)
+
+
+def _write_once(inputs, leaves, widths, n):
+    """Per kernel argument: is it a batched input whose leaves read each of its columns
+    exactly once? Its gradient is then assigned, not added: no zero fill before the kernel.
+    A shared vector's gradient sums over rows, and columns a run does not read stay zero."""
+    offsets = {}
+    for k, offset in leaves:
+        offsets.setdefault(k, []).append(offset)
+    return tuple(kind == "slot" and sorted(offsets[k]) == list(range(0, widths[k], n))
+                 for k, (kind, _) in enumerate(inputs))
 
 
 def _literal(v):
