@@ -15,6 +15,7 @@ from .distinct import DISTINCT, Distinct, keyed_part
 from .errors import HybridBatchError
 from .future import Future, maker
 from .kernels.fused import FusedRun, plan_units
+from .ops.affine_loss import fold_affine_losses
 from .ops.registry import Op
 from .ops.shape import Input, Output
 from .parameter import Parameter, by_id
@@ -117,11 +118,12 @@ class Program:
                 sig.op.check_aux(sig, v)
 
     def units(self, xp):
-        """Steps with elementwise runs fused (numpy backend, fusion on), planned once."""
+        """Steps with elementwise runs fused and classifier losses folded (numpy backend,
+        fusion on), planned once."""
         if xp is not np or not FUSION["enabled"]:
             return self.steps
         if self._units is None:
-            self._units = plan_units(self.steps, self.outputs)
+            self._units = plan_units(fold_affine_losses(self.steps, self.outputs), self.outputs)
         return self._units
 
     def keyed_part(self, units):

@@ -110,8 +110,9 @@ def test_the_keyed_part_is_the_words_layers_not_the_labels_loss():
     program = next(iter(block._programs.values()))
     part = program.keyed_part(program.units(np))
     assert part.column == 0
-    assert [u[1].op.name for u in part.rest] == ["pick_neg_log_softmax"]
-    assert len(part.boundary) == 2        # h (an output) and the logits (the loss reads them)
+    # the classifier and its loss are one folded step, which reads the label: not keyed
+    assert [u[1].op.name for u in part.rest] == ["affine_pick_neg_log_softmax"]
+    assert len(part.boundary) == 1        # h: an output, and the folded loss reads it
 
 
 def test_few_rows_or_mostly_distinct_keys_run_every_row():

@@ -61,3 +61,62 @@ def pick_neg_log_softmax_grad(x, labels, gy):
     g = np.empty(x.shape, xc.dtype)
     _backward(xc, labels, _computable(gy, xc.dtype), g)
     return g.astype(x.dtype, copy=False)
+
+
+# -- a classifier layer and its picked loss, -log softmax(W x + b)[label], in one pass ------
+# A tree model's 5-class output layer is a (B, 256) @ (256, 5) product per level: BLAS
+# spends more on the call than on the product, and the layer, its bias and the loss were
+# three ops with their own Python and temporaries, forward and backward. Dot products may
+# be summed in any order (reassoc vectorizes them); NaN and inf still propagate.
+@njit(cache=True, fastmath={"reassoc", "contract"}, error_model="numpy", inline="always")
+def _logits(x, r, w, bias, z):
+    """z[0, j] = bias[j] + w[j] . x[r]."""
+    for j in range(w.shape[0]):
+        s = bias[j]
+        for k in range(w.shape[1]):
+            s += w[j, k] * x[r, k]
+        z[0, j] = s
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
+def _affine_forward(x, w, bias, labels, out):
+    z = np.empty((1, w.shape[0]), out.dtype)
+    for r in range(x.shape[0]):
+        _logits(x, r, w, bias, z)
+        m, s = _row_max_and_sum(z, 0)
+        out[r] = math.log(s) + m - z[0, labels[r]]
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
+def _affine_backward(x, w, bias, labels, gy, gx, glogits, gbias):
+    z = np.empty((1, w.shape[0]), gx.dtype)
+    for r in range(x.shape[0]):
+        _logits(x, r, w, bias, z)
+        m, s = _row_max_and_sum(z, 0)
+        for j in range(w.shape[0]):
+            glogits[r, j] = math.exp(z[0, j] - m) / s * gy[r]
+        glogits[r, labels[r]] -= gy[r]
+        for k in range(w.shape[1]):
+            gx[r, k] = 0
+        for j in range(w.shape[0]):
+            g = glogits[r, j]
+            gbias[j] += g
+            for k in range(w.shape[1]):
+                gx[r, k] += g * w[j, k]
+
+
+def affine_pick_neg_log_softmax(x, w, bias, labels):
+    """(B,) losses -log softmax(w @ x[r] + bias)[labels[r]] of the rows x (B, k)."""
+    out = np.empty(x.shape[0], x.dtype)
+    _affine_forward(x, w, bias, labels, out)
+    return out
+
+
+def affine_pick_neg_log_softmax_grad(x, w, bias, labels, gy):
+    """(gx (B, k), glogits (B, n), gbias (n,)) for the output gradient gy (B,): the weight's
+    gradient is glogits^T x, left to the caller (one GEMM per weight over all batches)."""
+    gx = np.empty(x.shape, x.dtype)
+    glogits = np.empty((x.shape[0], w.shape[0]), x.dtype)
+    gbias = np.zeros(w.shape[0], x.dtype)
+    _affine_backward(x, w, bias, labels, np.ascontiguousarray(gy, x.dtype), gx, glogits, gbias)
+    return gx, glogits, gbias

@@ -1,0 +1,79 @@
+"""A classifier layer and its picked loss as one op, for traced block programs.
+
+`affine(W, x, b)` followed by `pick_neg_log_softmax(·, label)` is a tree model's per-node
+output layer and loss: a thin product (5 classes) run once per tree level, forward and
+backward. As one op it is one compiled pass per batch instead of a BLAS call, a bias add
+and the loss kernel, each with its Python and temporaries. Users never record it:
+`fold_affine_losses` rewrites a program's steps where the pattern occurs, and eager mode
+and op granularity keep the two ops.
+"""
+import numpy as np
+
+from .. import signature
+from ..kernels import softmax
+from .index import PickNegLogSoftmax
+from .linalg import Affine
+from .registry import Op, OuterGrad, check, check_float, register
+
+
+@register
+class AffinePickNegLogSoftmax(Op):
+    """-log softmax(W x + b)[aux] for a shared W (n, k), per-instance x (k,) and shared b (n,)."""
+    name = "affine_pick_neg_log_softmax"
+    uses_aux = True
+
+    def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes, dtypes)
+        w, x, b = shapes
+        check(len(w) == 2 and x == (w[1],) and b == (w[0],) and len(set(dtypes)) == 1, self.name, shapes,
+              "expects W (n, k), x (k,) and b (n,) of one dtype")
+        return (), dtypes[0]
+
+    def check_aux(self, sig, aux):
+        n = sig.in_shapes[0][0]
+        if not 0 <= aux < n:
+            raise IndexError(f"{self.name}: label {aux} out of range for {n} classes")
+
+    def aux_limit(self, sig):
+        return sig.in_shapes[0][0]
+
+    def forward(self, xp, sig, xs, aux):
+        w, x, b = xs
+        return softmax.affine_pick_neg_log_softmax(x, w, b, aux)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        w, x, b = xs
+        gx, glogits, gb = softmax.affine_pick_neg_log_softmax_grad(x, w, b, aux, gy)
+        return (OuterGrad(glogits, x) if needs[0] else None, gx if needs[1] else None,
+                gb if needs[2] else None)
+
+
+def fold_affine_losses(steps, program_outputs):
+    """Program steps (slot, sig, refs, aux) with each foldable affine -> pick_neg_log_softmax
+    pair made one AffinePickNegLogSoftmax step at the loss's place.
+
+    Foldable: W and b shared Parameters, x per instance, float32/float64 on the host, and
+    the affine's value read only by the loss (not by another step, not a program output)."""
+    readers = {}
+    for slot, _, refs, _ in steps:
+        for r in refs:
+            if r is not None:
+                readers[r] = readers.get(r, 0) + 1
+    affines = {step[0]: step for step in steps
+               if _foldable(step[1]) and readers.get(step[0]) == 1 and step[0] not in program_outputs}
+    folded, dropped = [], set()
+    for slot, sig, refs, aux in steps:
+        affine = affines.get(refs[0]) if sig.op is PickNegLogSoftmax and refs else None
+        if affine is None:
+            folded.append((slot, sig, refs, aux))
+            continue
+        a_slot, a_sig, a_refs, _ = affine
+        dropped.add(a_slot)
+        folded.append((slot, signature.intern(AffinePickNegLogSoftmax, (), a_sig.codes), a_refs, aux))
+    return [step for step in folded if step[0] not in dropped]
+
+
+def _foldable(sig):
+    return (sig.op is Affine and sig.shared == (True, False, True) and len(sig.in_shapes[0]) == 2
+            and len(sig.in_shapes[1]) == 1 and sig.in_shapes[2] == sig.out_shape
+            and sig.out_dtype in (np.float32, np.float64))
