@@ -4,6 +4,7 @@ Gradients of values live in gradient arenas shaped like the value arenas, so eac
 output gradient is a slice and each operand's gradient is one scatter-add. Shared
 parameters get one reduced gradient per batch (dW = dZ^T X), not one per node.
 """
+import math
 import threading
 from contextlib import contextmanager
 
@@ -91,25 +92,58 @@ def accumulate_param(pid, g):
 
 @contextmanager
 def one_gemm_per_weight(xp):
-    """Within: OuterGrads wait; at the end each weight gets ONE G^T X over all its batches.
+    """Within: OuterGrads wait; at the end each weight gets G^T X over all its batches.
 
-    Fewer, larger GEMMs, summed straight into the weight's gradient (beta=1) instead of one
-    pass over it per batch. Batched reverse mode only: eager mode adds each instance's
-    outer product as it comes.
+    Fewer, larger GEMMs (one over its batches of few rows, stacked, and one per batch of
+    many), summed straight into the weight's gradient (beta=1) instead of one pass over it
+    per batch. Batched reverse mode only: eager mode adds each instance's outer product as
+    it comes.
     """
     _pending.outer = {}
     try:
         yield
+        numerics = getattr(_pending, "numerics", None)
         for pid, parts in _pending.outer.items():
-            left = parts[0].left if len(parts) == 1 else xp.concatenate([g.left for g in parts])
-            right = parts[0].right if len(parts) == 1 else xp.concatenate([g.right for g in parts])
             p = by_id(pid)
-            if getattr(_pending, "numerics", None) is None:
-                p.add_grad_outer(left, right)
+            if numerics is None:
+                _add_parts(p, parts, xp)
             else:
-                p.add_grad(_finite_sum(p, left, right, xp))
+                p.add_grad(_finite_sum(p, *_stacked(parts, xp), xp))
     finally:
         _pending.outer = None
+
+
+def _add_parts(p, parts, xp):
+    """p.grad += the parts' G^T X: a part of many rows by a GEMM of its own, the rest stacked
+    into one."""
+    own = _own_gemm_rows(p, xp)
+    stacked = []
+    for g in parts:
+        if len(g.left) >= own:
+            p.add_grad_outer(g.left, g.right)
+        else:
+            stacked.append(g)
+    if stacked:
+        p.add_grad_outer(*_stacked(stacked, xp))
+
+
+def _own_gemm_rows(p, xp):
+    """Rows from which a part of p's gradient gets a GEMM of its own. Stacking copies a row's
+    m + n numbers (p is m x n); a GEMM of its own passes over p's m x n gradient once more.
+    With MKL summing into it (beta=1) that pays from about a third of m*n / (m+n) rows: 122
+    for W1's U (1280x512; exit path A/B 0.968 against stacking all). numpy's grad += G^T X
+    makes and adds a product per GEMM: there every part is stacked (own GEMMs: 1.017)."""
+    if blas.name() != "mkl" or xp is not np:
+        return math.inf
+    m, n = p.shape
+    return m * n / (3 * (m + n))
+
+
+def _stacked(parts, xp):
+    """(G, X): the parts' rows, one after another."""
+    if len(parts) == 1:
+        return parts[0].left, parts[0].right
+    return xp.concatenate([g.left for g in parts]), xp.concatenate([g.right for g in parts])
 
 
 def _finite_sum(p, left, right, xp):

@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
+from hybridbatch.autograd import accumulate_param, one_gemm_per_weight
 from hybridbatch.kernels import blas
+from hybridbatch.ops import OuterGrad
 
 needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded")
 DEPTHS = (1, 3, 2, 5, 4, 5, 1, 3)      # chain lengths: each level is one batch, one OuterGrad
@@ -22,9 +24,11 @@ def _tol(dtype):
     return dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
 
 
-def _chains(dtype, n=6, seed=0):
+def _chains(dtype, n=40, seed=0):
+    """W and the chains' inputs. n=40: with MKL, W's first level (8 rows) gets a GEMM of its
+    own, the later ones (6, 5, 3, 2 rows) are stacked into one."""
     rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((n, n)) * 0.4).astype(dtype)
+    w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(dtype)
     xs = [rng.standard_normal(n).astype(dtype) for _ in DEPTHS]
     return w, xs
 
@@ -86,7 +90,7 @@ def test_two_backwards_without_a_step_add_up(library, dtype):
 def test_a_dense_weight_gradient_turns_row_tracking_off(library):
     w, xs = _chains(np.float32)
     W = _weight(w)
-    W.add_grad_rows(np.array([1]), np.ones((1, 6), np.float32))
+    W.add_grad_rows(np.array([1]), np.ones((1, w.shape[1]), np.float32))
     assert W.grad_rows().tolist() == [1]
     with hb.batching():
         _batched_loss(W, xs).backward()
@@ -111,6 +115,24 @@ def test_check_numerics_raises_before_an_overflowing_sum_reaches_grad(library):
         with pytest.raises(hb.NumericsError, match="parameter 'W', summed over its batches, overflowed"):
             loss.backward()
     np.testing.assert_array_equal(W.peek_grad(), before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_parts_of_a_rectangular_weight_sum_to_the_stacked_product(library, dtype):
+    """(30, 20): with MKL, parts of 4 rows or more get GEMMs of their own, the others are
+    stacked; with numpy all are stacked."""
+    rng = np.random.default_rng(4)
+    W = hb.Parameter("W", (30, 20), init="zeros", dtype=dtype)
+    held = rng.standard_normal((30, 20)).astype(dtype)
+    W.grad = held
+    parts = [OuterGrad(rng.standard_normal((r, 30)).astype(dtype), rng.standard_normal((r, 20)).astype(dtype))
+             for r in (1, 3, 50, 2, 7, 200, 3)]
+    with one_gemm_per_weight(np):
+        for g in parts:
+            accumulate_param(W.pid, g)
+    left = np.concatenate([g.left for g in parts]).astype(np.float64)
+    right = np.concatenate([g.right for g in parts]).astype(np.float64)
+    np.testing.assert_allclose(W.peek_grad(), held + left.T @ right, **_tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
