@@ -27,8 +27,16 @@ def install(cls, api):
     cls.__iter__ = _iterate
     cls.__array_priority__ = 1000   # ndarray op handle -> our reflected operator
     # numpy functions refuse handles (TypeError): np.tanh(W @ x) read the value through
-    # __array__, silently dropping W's gradient, and np.sum(W) returned W itself
+    # __array__, silently dropping W's gradient, and np.sum(W) returned W itself; so did
+    # np.dot and np.concatenate. np.asarray(h) still reads the numbers, as asked.
     cls.__array_ufunc__ = None
+    cls.__array_function__ = _refuse_numpy_function
+
+
+def _refuse_numpy_function(value, func, types, args, kwargs):
+    raise TypeError(f"numpy's {func.__name__} on a {type(value).__name__} would compute on its numbers and drop "
+                    f"its gradient: use the hb op (hb.matmul, hb.concat, hb.sum, ...), or read the numbers "
+                    f"first (.asnumpy(), or a Parameter's .data)")
 
 
 def _sum_start(other, value):

@@ -16,14 +16,21 @@ def _handles():
     yield P
 
 
-@pytest.mark.parametrize("ufunc", [np.tanh, np.exp, np.sum, lambda x: np.maximum(x, 0)],
-                         ids=["tanh", "exp", "sum", "maximum"])
+@pytest.mark.parametrize("ufunc", [np.tanh, np.exp, np.sum, lambda x: np.maximum(x, 0), lambda x: np.dot(x, x),
+                                   lambda x: np.concatenate([x, x]), lambda x: np.allclose(x, 0)],
+                         ids=["tanh", "exp", "sum", "maximum", "dot", "concatenate", "allclose"])
 def test_numpy_function_on_a_handle_raises_instead_of_detaching(ufunc):
-    """np.tanh(W @ x) returned a plain array (W's gradient silently lost), and np.sum(W)
-    returned W itself."""
+    """np.tanh(W @ x) returned a plain array (W's gradient silently lost), np.sum(W)
+    returned W itself, and np.dot / np.concatenate computed on the numbers."""
     for x in _handles():
-        with pytest.raises(TypeError):
+        with pytest.raises(TypeError, match="gradient|ufunc"):
             ufunc(x)
+
+
+def test_numpy_reads_a_computed_values_numbers_when_asked():
+    for x in _handles():
+        if not isinstance(x, hb.Parameter):      # a Parameter's numbers are its .data
+            np.testing.assert_array_equal(np.asarray(x), [0.0, 1.0, 2.0])
 
 
 def test_ndarray_operators_defer_to_the_handle():
