@@ -85,6 +85,9 @@ def apply(op, args, attrs=(), aux=-1) -> Tensor:
         op.check_aux(sig, aux)
         aux_arr = np.array([aux], np.int64)
     y = op.forward(backend.xp(), sig, xs, aux_arr)
+    if getattr(y, "base", None) is not None and any(c < 0 and backend.xp().may_share_memory(y, x)
+                                                    for c, x in zip(codes, xs)):
+        y = y.copy()    # a view of a Parameter (W[0]) would change with its next update
     return Tensor(y, sig, tuple(inputs), aux)
 
 

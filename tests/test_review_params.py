@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
+from hybridbatch.optim import Trainer
 
 
 def test_a_bool_is_not_a_lookup_row():
@@ -56,3 +57,17 @@ def test_an_unknown_blas_choice_warns(monkeypatch):
         lib = blas._load()
     assert len(caught) == 1
     assert (lib is None) == (blas._library_path() is None)      # MKL is still used where it is found
+
+
+@pytest.mark.parametrize("read", [lambda W: W[0], lambda W: hb.reshape(W, (12,)), lambda W: hb.tanh(W)],
+                         ids=["slice", "reshape", "param-read"])
+def test_an_eager_value_read_from_a_parameter_keeps_its_numbers_after_an_update(read):
+    """Eager W[0] was a view of W.data: the optimizer's in-place update changed a value
+    computed before it (and what its backward would use)."""
+    W = hb.Parameter("W", (3, 4), init="uniform", rng=np.random.default_rng(0))
+    value = read(W)
+    before = value.asnumpy()
+    hb.sum(value).backward()
+    Trainer([W], "sgd", {"learning_rate": 1.0}).step(1)
+    assert not np.array_equal(W.data.reshape(-1)[:4], before.reshape(-1)[:4])    # W did change
+    np.testing.assert_array_equal(value.asnumpy(), before)
