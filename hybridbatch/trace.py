@@ -184,31 +184,32 @@ class Program:
         vals[slot] = op.forward(xp, sig, operands, self._aux(op, aux, ints, size))
 
     @staticmethod
-    def _fused_inputs(run, vals, size):
-        return [vals[key].reshape(size, -1) if kind == "slot" else by_id(key).data for kind, key in run.inputs]
+    def _fused_inputs(run, vals):
+        """A run's kernel arguments: its slots' values, each (B, width) as the kernel indexes
+        them (a run reads only vectors), and its parameters' data."""
+        return [vals[key] if kind == "slot" else by_id(key).data for kind, key in run.inputs]
 
     def _forward_fused(self, xp, run, vals, size):
-        dtype = run.steps[-1][1].out_dtype
-        outs = [xp.empty((size, run.n), dtype) for _ in run.outputs]
-        run.forward_kernel(size, *self._fused_inputs(run, vals, size), *outs)
+        outs = [xp.empty((size, run.n), run.dtype) for _ in run.outputs]
+        run.forward_kernel(size, *self._fused_inputs(run, vals), *outs)
         for slot, out in zip(run.outputs, outs):
             vals[slot] = out
 
     def _backward_fused(self, xp, run, vals, grads, const):
         gys = [grads[s] for s in run.outputs]
-        if all(g is None for g in gys):
+        given = [g for g in gys if g is not None]
+        if not given:
             return
-        size = next(g for g in gys if g is not None).shape[0]
-        dtype = run.steps[-1][1].out_dtype
-        gys = [xp.zeros((size, run.n), dtype) if g is None else xp.ascontiguousarray(g) for g in gys]
-        ins = self._fused_inputs(run, vals, size)
+        size = given[0].shape[0]
+        gys = [xp.zeros((size, run.n), run.dtype) if g is None else xp.ascontiguousarray(g) for g in gys]
+        ins = self._fused_inputs(run, vals)
         gins = [(xp.empty if once else xp.zeros)(x.shape, x.dtype) for x, once in zip(ins, run.write_once)]
         run.backward_kernel(size, *ins, *gys, *gins)
         for (kind, key), g in zip(run.inputs, gins):
             if kind == "param":
                 accumulate_param(key, g)
             elif key not in const:
-                grads.add(key, g.reshape(vals[key].shape))
+                grads.add(key, g)
 
     def backward(self, xp, vals, gys, needs, ints=None):
         grads = _Grads(self.n_slots)

@@ -92,14 +92,16 @@ def cache_dir() -> pathlib.Path:
 class FusedRun:
     """One generated kernel pair for a run of elementwise program steps.
 
-    inputs: per kernel argument, ("slot", s) a batched (B, width) value or ("param", pid) a
-    shared vector; outputs: program slots the run must materialize, each (B, n);
+    dtype: its values' dtype; inputs: per kernel argument, ("slot", s) a batched (B, width)
+    value or ("param", pid) a shared vector; outputs: program slots the run must
+    materialize, each (B, n);
     write_once: per argument, whether the backward assigns every element of its gradient
     (so the gradient array need not be zeroed first) instead of adding into it.
     """
 
-    def __init__(self, n, inputs, outputs, write_once, source):
+    def __init__(self, n, dtype, inputs, outputs, write_once, source):
         self.n = n
+        self.dtype = dtype
         self.inputs = inputs
         self.outputs = outputs
         self.write_once = write_once
@@ -199,9 +201,10 @@ def build_run(steps, n, used_later, biases=None):
     bwd = [f"def backward(B, {ins}, {gouts}, {gins}):"] + loop
     bwd += [f"            {s}" for s in body + adj + seed + back + writes]
 
-    header = _HEADER.format(dtype=steps[-1][1].out_dtype.name)
+    dtype = steps[-1][1].out_dtype
+    header = _HEADER.format(dtype=dtype.name)
     source = "\n".join([header, _TANH, _WIDE, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
-    return FusedRun(n, inputs, outputs, once, source)
+    return FusedRun(n, dtype, inputs, outputs, once, source)
 
 
 def _write_once(inputs, leaves, widths, n):
