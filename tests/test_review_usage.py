@@ -111,13 +111,16 @@ def test_tagger_example_dev_0_on_synthetic_data_still_evaluates():
 # ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flag", ["--json", "--plot"])
-@pytest.mark.parametrize("where", ["a folder", "under a file"])
+@pytest.mark.parametrize("where", ["a folder", "under a file", "/proc"])
 def test_bench_unwritable_output_is_refused_before_the_run(tmp_path, capsys, flag, where):
     """--json and --plot are written after the whole run; a path that cannot be written
-    (a folder, a path under a file) died in a traceback after minutes of measuring."""
+    (a folder, a path under a file, a folder that root may "access" but not write in, as
+    /proc) died in a traceback after minutes of measuring."""
     from hybridbatch.bench import cli
+    if where == "/proc" and not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc on this system")
     (tmp_path / "f").write_text("")
-    path = tmp_path if where == "a folder" else tmp_path / "f" / "out.json"
+    path = {"a folder": tmp_path, "under a file": tmp_path / "f" / "out.json", "/proc": "/proc/hb_out.json"}[where]
     with pytest.raises(SystemExit) as e:
         cli.main(["W1", *BENCH_TINY, "--synthetic-train", "4", flag, str(path)])
     assert e.value.code == 2

@@ -49,9 +49,16 @@ def output_file(value):
     except OSError as e:
         raise argparse.ArgumentTypeError(f"cannot write {value!r}: cannot create the folder {folder} "
                                          f"({e.strerror})") from None
-    if os.path.isdir(value) or not os.access(folder, os.W_OK):
-        why = "it is a folder" if os.path.isdir(value) else f"{folder} is not writable"
-        raise argparse.ArgumentTypeError(f"cannot write {value!r}: {why}")
+    if os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"cannot write {value!r}: it is a folder")
+    existed = os.path.exists(value)
+    try:            # opening is the test: os.access says yes to root even in /proc
+        with open(value, "a"):
+            pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write {value!r}: {e.strerror}") from None
+    if not existed:
+        os.remove(value)
     return value
 
 
