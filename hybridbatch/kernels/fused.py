@@ -61,24 +61,9 @@ def _tanh(x):
 # equally fast without it).
 _HEADER = """import numpy as np
 from numba import njit
-from numba.core import types
-from numba.extending import intrinsic
 
 F = np.{dtype}
 FAST = {{"contract", "afn", "arcp", "nsz"}}
-"""
-# The forward's loop may use 512-bit vectors: LLVM's x86 tuning for AVX-512 CPUs prefers
-# 256-bit ones, and the function attribute clang sets for -mprefer-vector-width overrides that
-# per function (on a CPU without AVX-512 it changes nothing). llvmlite accepts only attribute
-# names it knows, hence set.add. W1's forward kernels ran 7-8% faster with it; the backward,
-# bound by memory traffic, did not, so it keeps the default.
-_WIDE = """
-@intrinsic
-def _prefer_512(typingctx):
-    def codegen(context, builder, sig, args):
-        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
-        return context.get_dummy_value()
-    return types.none(), codegen
 """
 _JIT = '@njit(cache=True, error_model="numpy", fastmath=FAST)'
 
@@ -181,8 +166,7 @@ def build_run(steps, n, used_later, biases=None):
     gins = ", ".join(f"gin{k}" for k in range(len(inputs)))
     body = leaf_reads + lines
 
-    loop = ["    for b in range(B):", f"        for j in range({n}):"]
-    fwd = [f"def forward(B, {ins}, {outs}):", "    _prefer_512()"] + loop
+    fwd = [f"def forward(B, {ins}, {outs}):", "    for b in range(B):", f"        for j in range({n}):"]
     fwd += [f"            {s}" for s in body]
     fwd += [f"            out{i}[b, j] = {value_of[s]}" for i, s in enumerate(outputs)]
 
@@ -198,12 +182,12 @@ def build_run(steps, n, used_later, biases=None):
         writes.append(f"{target} {'=' if once[k] else '+='} a_{name}")
         if name in bias_of:
             writes.append(f"gin{bias_of[name]}[{offset} + j] += a_{name}")
-    bwd = [f"def backward(B, {ins}, {gouts}, {gins}):"] + loop
+    bwd = [f"def backward(B, {ins}, {gouts}, {gins}):", "    for b in range(B):", f"        for j in range({n}):"]
     bwd += [f"            {s}" for s in body + adj + seed + back + writes]
 
     dtype = steps[-1][1].out_dtype
     header = _HEADER.format(dtype=dtype.name)
-    source = "\n".join([header, _TANH, _WIDE, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
+    source = "\n".join([header, _TANH, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
     return FusedRun(n, dtype, inputs, outputs, once, source)
 
 
