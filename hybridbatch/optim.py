@@ -68,9 +68,11 @@ def _number(name, value, low=None, high=None, low_open=False, high_open=False):
 
 class Optimizer:
     """An update rule. Subclasses list their options (with defaults) in `defaults`, implement
-    `create_state(param)` (per-parameter state, e.g. moments) and `update(weight, grad, state)`,
-    which changes `weight` in place. `grad` arrives rescaled and clipped; `update` may use it as
-    scratch space (the Trainer zeroes it afterwards)."""
+    `create_state(param)` (per-parameter state, e.g. moments) and `update(weight, grad, state,
+    scale)`, which changes `weight` in place by the gradient scale * grad: the Trainer's
+    1/batch_size and clipping factor come apart, so a rule can fold them into a coefficient
+    instead of making a pass over grad. `update` may use grad as scratch space (`apply`
+    zeroes it afterwards)."""
 
     name = "optimizer"
     defaults: dict = {"learning_rate": 0.01, "wd": 0.0}
@@ -91,19 +93,44 @@ class Optimizer:
     def create_state(self, param):
         return None
 
-    def update(self, weight, grad, state):
+    def update(self, weight, grad, state, scale=1.0):
         raise NotImplementedError
+
+    def apply(self, param, state, scale, rows=None):
+        """Update param.data by scale * its gradient, then zero the gradient: everywhere, or
+        only in `rows` (what grad_rows() gave, where rows_only(state) says that is the same)."""
+        weight, grad = param.data, param.peek_grad()
+        if rows is None:
+            self.update(weight, grad, state, scale)
+        elif len(rows):
+            w, g = weight[rows], grad[rows]
+            self.update(w, g, state, scale)
+            weight[rows] = w
+        param.zero_grad(rows)
 
     def rows_only(self, state):
         """Whether updating only the rows that have a gradient equals the dense update, i.e.
         a zero gradient leaves a row unchanged (no decay, no momentum, no moments)."""
         return False
 
-    def _decayed(self, xp, weight, grad):
-        """grad + wd * weight, in place in grad (L2 weight decay, as MXNet's optimizers do)."""
-        if self.wd:
-            grad += self.wd * weight
-        return grad
+    def _decayed(self, weight, grad, scale):
+        """(g, s) with s * g = scale * grad + wd * weight (L2 weight decay, as MXNet's
+        optimizers do), in place in grad. Without decay the scale stays apart for the rule to
+        fold into a coefficient; with it, it is applied first, as the decay must not be scaled."""
+        if not self.wd:
+            return grad, scale
+        if scale != 1.0:
+            grad *= scale
+        grad += self.wd * weight
+        return grad, 1.0
+
+    def _gradient(self, weight, grad, scale):
+        """scale * grad + wd * weight, in place in grad, for rules that square the gradient
+        (squared unscaled, a large float32 sum could overflow)."""
+        g, s = self._decayed(weight, grad, scale)
+        if s != 1.0:
+            g *= s
+        return g
 
     def __repr__(self):
         opts = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.defaults)
@@ -130,17 +157,17 @@ class SGD(Optimizer):
     def rows_only(self, state):
         return not self.wd and not self.momentum and state["mom"] is None
 
-    def update(self, weight, grad, state):
-        g = self._decayed(backend.xp(), weight, grad)
+    def update(self, weight, grad, state, scale=1.0):
+        g, s = self._decayed(weight, grad, scale)
         mom = state["mom"]
         if not self.momentum and mom is None:
-            g *= self.learning_rate     # in place: the gradient is spent after its update (no temporary)
+            g *= self.learning_rate * s     # in place: the gradient is spent after its update (no temporary)
             weight -= g
             return
         if mom is None:
             mom = state["mom"] = backend.xp().zeros_like(weight)
         mom *= self.momentum
-        mom -= self.learning_rate * g
+        mom -= (self.learning_rate * s) * g
         weight += mom
 
 
@@ -166,9 +193,9 @@ class Adam(Optimizer):
         xp = backend.xp()
         return {"t": 0, "m": xp.zeros(param.shape, param.dtype), "v": xp.zeros(param.shape, param.dtype)}
 
-    def update(self, weight, grad, state):
+    def update(self, weight, grad, state, scale=1.0):
         xp = backend.xp()
-        g = self._decayed(xp, weight, grad)
+        g = self._gradient(weight, grad, scale)
         state["t"] += 1
         t, m, v = state["t"], state["m"], state["v"]
         m *= self.beta1
@@ -195,9 +222,9 @@ class Adagrad(Optimizer):
     def create_state(self, param):
         return backend.xp().zeros(param.shape, param.dtype)
 
-    def update(self, weight, grad, state):
+    def update(self, weight, grad, state, scale=1.0):
         xp = backend.xp()
-        g = self._decayed(xp, weight, grad)
+        g = self._gradient(weight, grad, scale)
         state += g * g
         denom = xp.sqrt(state)
         denom += self.epsilon
@@ -330,21 +357,17 @@ class Trainer:
             if norm > self.clip_global_norm:
                 scale *= self.clip_global_norm / norm
         for i, p in active:
-            if not self._created[i]:
-                self._states[i] = self.optimizer.create_state(p)
-                self._created[i] = True
-            rows = p.grad_rows() if self.optimizer.rows_only(self._states[i]) else None
-            if rows is None:
-                if scale != 1.0:
-                    p.grad *= scale
-                self.optimizer.update(p.data, p.grad, self._states[i])
-            elif len(rows):      # an embedding: only the rows this minibatch looked up
-                weight, grad = p.data[rows], p.peek_grad()[rows]
-                if scale != 1.0:
-                    grad *= scale
-                self.optimizer.update(weight, grad, self._states[i])
-                p.data[rows] = weight
-            p.zero_grad(rows)
+            state = self._state(i, p)
+            # an embedding's rows: only those this minibatch looked up
+            rows = p.grad_rows() if self.optimizer.rows_only(state) else None
+            self.optimizer.apply(p, state, scale, rows)
+
+    def _state(self, i, p):
+        """Parameter i's optimizer state, made on its first update."""
+        if not self._created[i]:
+            self._states[i] = self.optimizer.create_state(p)
+            self._created[i] = True
+        return self._states[i]
 
     def __repr__(self):
         return (f"Trainer({len(self._params)} parameters, {self.optimizer!r}, "
