@@ -18,6 +18,8 @@ Updates are in place on `param.data` and `param.grad`, with the backend's array 
 When a gradient is known to live in a few rows (embedding lookups) and the rule leaves
 zero-gradient rows unchanged (`Optimizer.rows_only`: plain SGD), only those rows are
 updated and cleared: the same result as the dense update, without passes over the table.
+Plain SGD on numpy float32/float64 arrays updates and clears in one compiled pass
+(kernels/update.py), dense or by rows.
 """
 import math
 import numbers
@@ -27,6 +29,7 @@ import numpy as np
 from .errors import NumericsError
 from .parameter import Parameter
 from .parameter_dict import ParameterDict
+from .kernels.update import descend_and_clear
 from . import backend
 
 __all__ = ["Trainer", "Optimizer", "SGD", "Adam", "Adagrad", "OPTIMIZERS"]
@@ -169,6 +172,14 @@ class SGD(Optimizer):
         mom *= self.momentum
         mom -= (self.learning_rate * s) * g
         weight += mom
+
+    def apply(self, param, state, scale, rows=None):
+        """Plain SGD is one compiled pass that also clears the gradient, where numpy makes three."""
+        if self.rows_only(state) and descend_and_clear(param.data, param.peek_grad(),
+                                                       self.learning_rate * scale, rows):
+            param.grad_zeroed()
+        else:
+            super().apply(param, state, scale, rows)
 
 
 class Adam(Optimizer):

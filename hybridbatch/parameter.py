@@ -237,6 +237,11 @@ class Parameter:
             self._grad[...] = 0
         elif len(rows):
             self._grad[rows] = 0
+        self.grad_zeroed()
+
+    def grad_zeroed(self):
+        """Restart row tracking once grad was zeroed wherever grad_rows() said: by zero_grad,
+        or by an update that clears the gradient in the pass that reads it."""
         self._grad_rows = []
 
     @property

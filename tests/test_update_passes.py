@@ -1,10 +1,12 @@
-"""Trainer.step with the 1/batch_size scale folded into the rule: several steps over a dense weight and an embedding fed by row
+"""Trainer.step with the 1/batch_size scale folded into the rule and plain SGD's fused
+update-and-clear kernel: several steps over a dense weight and an embedding fed by row
 gradients equal a plain numpy reference of each rule, gradients are zero afterwards with
 row tracking restarted, and a second step with no backward between changes nothing."""
 import numpy as np
 import pytest
 
 import hybridbatch as hb
+from hybridbatch.kernels.update import descend_and_clear
 
 SHAPES = {"emb": (12, 3), "w": (4, 5), "b": (4,)}
 STEPS = 3
@@ -122,6 +124,7 @@ def test_clip_sees_the_scaled_norm():
 
 @pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float16, 3e-3)])
 def test_plain_sgd_in_other_dtypes(dtype, rtol):
+    """float64 goes through the compiled kernel, float16 through numpy: both match."""
     options = {"learning_rate": 0.3}
     params, start, grads = train("sgd", options, 3, dtype=dtype)
     assert_matches(params, reference("sgd", options, start, [dense(g) for g in grads], 3), rtol)
@@ -156,3 +159,26 @@ def test_embedding_step_touches_only_its_rows():
     np.testing.assert_array_equal(changed, [3, 9])
     np.testing.assert_allclose(params["emb"].data[3], before[3] - 0.5, rtol=1e-6)
     np.testing.assert_allclose(params["emb"].data[9], before[9] - 0.25, rtol=1e-6)
+
+
+def test_kernel_rows_of_a_three_dimensional_table():
+    w = np.arange(24, dtype=np.float32).reshape(4, 2, 3)
+    g = np.ones_like(w)
+    expected = w.copy()
+    expected[[1, 3]] -= 0.5
+    assert descend_and_clear(w, g, 0.5, np.array([1, 3]))
+    np.testing.assert_array_equal(w, expected)
+    np.testing.assert_array_equal(g[[1, 3]], 0)
+    np.testing.assert_array_equal(g[[0, 2]], 1)
+
+
+@pytest.mark.parametrize("weight,grad", [
+    (np.ones((4, 4), np.float16), np.ones((4, 4), np.float16)),       # no numba float16
+    (np.ones((4, 8), np.float32)[:, ::2], np.ones((4, 4), np.float32)),   # a strided view
+    (np.ones((4, 4), np.float32), np.ones((4, 4), np.float64)),       # dtypes differ
+])
+def test_kernel_declines_what_it_cannot_write_in_place(weight, grad):
+    w0, g0 = weight.copy(), grad.copy()
+    assert not descend_and_clear(weight, grad, 0.5)
+    np.testing.assert_array_equal(weight, w0)
+    np.testing.assert_array_equal(grad, g0)
