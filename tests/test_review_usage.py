@@ -128,6 +128,19 @@ def test_bench_unwritable_output_is_refused_before_the_run(tmp_path, capsys, fla
     assert f"argument {flag}: cannot write" in err and "inst/s" not in out
 
 
+def test_bench_output_probe_keeps_symlinks_and_does_not_open_pipes(tmp_path):
+    """The writability probe made and removed the file itself: through a dangling symlink
+    it made the target and removed the link; a FIFO without a reader blocked the parse."""
+    from hybridbatch.bench.cli import output_file
+    link = tmp_path / "w1.json"
+    link.symlink_to(tmp_path / "results.json")
+    assert output_file(str(link)) == str(link)
+    assert link.is_symlink() and not (tmp_path / "results.json").exists()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert output_file(str(fifo)) == str(fifo)      # returns at once instead of waiting for a reader
+
+
 def test_bench_output_folder_is_created(tmp_path, capsys):
     from hybridbatch.bench import cli
     out = tmp_path / "new" / "deeper" / "w1.json"

@@ -51,14 +51,17 @@ def output_file(value):
                                          f"({e.strerror})") from None
     if os.path.isdir(value):
         raise argparse.ArgumentTypeError(f"cannot write {value!r}: it is a folder")
-    existed = os.path.exists(value)
+    target = os.path.realpath(value)        # a symlink's target: the file the probe may make
+    if os.path.exists(target) and not os.path.isfile(target):
+        return value                        # a pipe or device: opening it could block
+    existed = os.path.exists(target)
     try:            # opening is the test: os.access says yes to root even in /proc
-        with open(value, "a"):
+        with open(target, "a"):
             pass
     except OSError as e:
         raise argparse.ArgumentTypeError(f"cannot write {value!r}: {e.strerror}") from None
     if not existed:
-        os.remove(value)
+        os.remove(target)
     return value
 
 
