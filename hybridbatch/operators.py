@@ -3,6 +3,9 @@
 Installed onto Future, Tensor and Parameter by the api module, so `W @ h + b` reads the
 same inside and outside a batching scope.
 """
+import math
+
+import numpy as np
 
 
 def install(cls, api):
@@ -34,9 +37,25 @@ def install(cls, api):
 
 
 def _refuse_numpy_function(value, func, types, args, kwargs):
+    shape_only = _SHAPE_ONLY.get(func)
+    if shape_only is not None:              # reads no number, drops no gradient
+        return shape_only(*args, **kwargs)
     raise TypeError(f"numpy's {func.__name__} on a {type(value).__name__} would compute on its numbers and drop "
                     f"its gradient: use the hb op (hb.matmul, hb.concat, hb.sum, ...), or read the numbers "
                     f"first (.asnumpy(), or a Parameter's .data)")
+
+
+_SHAPE_ONLY = {
+    np.shape: lambda a: tuple(a.shape),
+    np.ndim: lambda a: len(a.shape),
+    np.size: lambda a, axis=None: math.prod(a.shape) if axis is None else a.shape[axis],
+    np.result_type: lambda *xs: np.result_type(*(_dtype_or_self(x) for x in xs)),
+}
+
+
+def _dtype_or_self(x):
+    dtype = getattr(x, "dtype", None)     # np.float64 (a type) has a dtype descriptor, not a dtype
+    return dtype if isinstance(dtype, np.dtype) else x
 
 
 def _sum_start(other, value):

@@ -27,6 +27,12 @@ def test_numpy_function_on_a_handle_raises_instead_of_detaching(ufunc):
             ufunc(x)
 
 
+def test_numpy_shape_functions_read_no_numbers_and_work():
+    for x in _handles():
+        assert np.shape(x) == (3,) and np.ndim(x) == 1 and np.size(x) == 3 and np.size(x, 0) == 3
+        assert np.result_type(x, 1.0) == np.float32 and np.result_type(x, np.float64) == np.float64
+
+
 def test_numpy_reads_a_computed_values_numbers_when_asked():
     for x in _handles():
         if not isinstance(x, hb.Parameter):      # a Parameter's numbers are its .data
