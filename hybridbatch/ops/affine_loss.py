@@ -7,6 +7,8 @@ and the loss kernel, each with its Python and temporaries. Users never record it
 `fold_affine_losses` rewrites a program's steps where the pattern occurs, and eager mode
 and op granularity keep the two ops.
 """
+from collections import Counter
+
 import numpy as np
 
 from .. import signature
@@ -14,29 +16,24 @@ from ..kernels import softmax
 from ..kernels.blas import SMALL_WEIGHT
 from .index import PickNegLogSoftmax
 from .linalg import Affine
-from .registry import Op, OuterGrad, check, check_float, register
+from .registry import Op, OuterGrad, check, register
 
 
 @register
 class AffinePickNegLogSoftmax(Op):
-    """-log softmax(W x + b)[aux] for a shared W (n, k), per-instance x (k,) and shared b (n,)."""
+    """-log softmax(W x + b)[aux] for a shared W (n, k), per-instance x (k,) and shared b (n,).
+
+    Its labels are checked where they are recorded, against the unfolded loss step
+    (`Program.check_ints` reads the program's own steps), so it needs no check of its own."""
     name = "affine_pick_neg_log_softmax"
     uses_aux = True
 
     def infer(self, attrs, shapes, dtypes):
-        check_float(self.name, shapes, dtypes)
         w, x, b = shapes
-        check(len(w) == 2 and x == (w[1],) and b == (w[0],) and len(set(dtypes)) == 1, self.name, shapes,
-              "expects W (n, k), x (k,) and b (n,) of one dtype")
+        check(len(w) == 2 and x == (w[1],) and b == (w[0],) and len(set(dtypes)) == 1
+              and dtypes[0] in (np.float32, np.float64), self.name, shapes,
+              "expects W (n, k), x (k,) and b (n,) of one dtype, float32 or float64")
         return (), dtypes[0]
-
-    def check_aux(self, sig, aux):
-        n = sig.in_shapes[0][0]
-        if not 0 <= aux < n:
-            raise IndexError(f"{self.name}: label {aux} out of range for {n} classes")
-
-    def aux_limit(self, sig):
-        return sig.in_shapes[0][0]
 
     def forward(self, xp, sig, xs, aux):
         w, x, b = xs
@@ -56,11 +53,7 @@ def fold_affine_losses(steps, program_outputs):
     Foldable: W and b shared Parameters, W thin (`_foldable`), x per instance, float32/float64
     on the host, and the affine's value read only by the loss (not by another step, not a
     program output)."""
-    readers = {}
-    for slot, _, refs, _ in steps:
-        for r in refs:
-            if r is not None:
-                readers[r] = readers.get(r, 0) + 1
+    readers = Counter(r for _, _, refs, _ in steps for r in refs if r is not None)
     affines = {step[0]: step for step in steps
                if _foldable(step[1]) and readers.get(step[0]) == 1 and step[0] not in program_outputs}
     folded, dropped = [], set()
