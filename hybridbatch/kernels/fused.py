@@ -79,9 +79,9 @@ class FusedRun:
 
     dtype: its values' dtype; inputs: per kernel argument, ("slot", s) a batched (B, width)
     value or ("param", pid) a shared vector; outputs: program slots the run must
-    materialize, each (B, n);
-    write_once: per argument, whether the backward assigns every element of its gradient
-    (so the gradient array need not be zeroed first) instead of adding into it.
+    materialize, each (B, n); write_once: per argument, whether the backward assigns every
+    element of its gradient (so the gradient array need not be zeroed first) instead of
+    adding into it.
     """
 
     def __init__(self, n, dtype, inputs, outputs, write_once, source):
@@ -117,7 +117,8 @@ def build_run(steps, n, used_later, biases=None):
 
     def leaf(kind, key, offset, width):
         k = arg(kind, key)
-        widths[k] = width
+        if kind == "slot":
+            widths[k] = width
         name = leaves.get((k, offset))
         if name is None:
             name = leaves[(k, offset)] = f"l{len(leaves)}"
