@@ -1,7 +1,5 @@
 """A classifier layer and its picked loss folded into one op (hybridbatch/ops/affine_loss.py):
 the same numbers as the two ops and as eager mode, and folded only where that is safe."""
-from contextlib import contextmanager
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -10,19 +8,9 @@ import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.errors import NumericsError
 from hybridbatch.kernels import softmax
-from hybridbatch.trace import FUSION
+from test_fused import fusion
 
 FOLDED = "affine_pick_neg_log_softmax"
-
-
-@contextmanager
-def fusion(enabled):
-    before = FUSION["enabled"]
-    hb.set_fusion(enabled)
-    try:
-        yield
-    finally:
-        hb.set_fusion(before)
 
 
 def _reference(x, w, b, labels):

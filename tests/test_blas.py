@@ -22,13 +22,17 @@ def _tol(dtype):
     return dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
 
 
+def transposed_operands(rng, dtype, ta, tb, m, k, n):
+    """a (m, k) and b (k, n) of random values, each a transposed view where ta / tb asks."""
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    return (a.T if ta else a), (b.T if tb else b)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_gemm_matches_numpy_for_transposed_views(library, dtype, ta, tb):
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((7, 5) if ta else (5, 7)).astype(dtype)
-    b = rng.standard_normal((3, 7) if tb else (7, 3)).astype(dtype)
-    a, b = (a.T if ta else a), (b.T if tb else b)
+    a, b = transposed_operands(np.random.default_rng(0), dtype, ta, tb, 5, 7, 3)
     out = blas.gemm(a, b)
     assert out.shape == (5, 3) and out.dtype == dtype
     np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64), **_tol(dtype))

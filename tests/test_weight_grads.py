@@ -7,17 +7,9 @@ import hybridbatch as hb
 from hybridbatch.autograd import accumulate_param, one_gemm_per_weight
 from hybridbatch.kernels import blas
 from hybridbatch.ops import OuterGrad
+from test_blas import library, needs_mkl, transposed_operands  # noqa: F401  (library: a fixture)
 
-needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded")
 DEPTHS = (1, 3, 2, 5, 4, 5, 1, 3)      # chain lengths: each level is one batch, one OuterGrad
-
-
-@pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl)])
-def library(request):
-    before = blas.name()
-    blas.use(request.param)
-    yield request.param
-    blas.use(before)
 
 
 def _tol(dtype):
@@ -139,9 +131,7 @@ def test_parts_of_a_rectangular_weight_sum_to_the_stacked_product(library, dtype
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
 def test_add_product_sums_into_c(library, dtype, ta, tb):
     rng = np.random.default_rng(2)
-    a = rng.standard_normal((9, 5) if ta else (5, 9)).astype(dtype)
-    b = rng.standard_normal((4, 9) if tb else (9, 4)).astype(dtype)
-    a, b = (a.T if ta else a), (b.T if tb else b)
+    a, b = transposed_operands(rng, dtype, ta, tb, 5, 9, 4)
     c = rng.standard_normal((5, 4)).astype(dtype)
     expected = c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
     target = c
