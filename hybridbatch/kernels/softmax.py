@@ -89,21 +89,22 @@ def _affine_forward(x, w, bias, labels, out):
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
-def _affine_backward(x, w, bias, labels, gy, gx, glogits, gbias):
+def _affine_backward(x, w, bias, labels, gy, gx, gw, gbias):
     z = np.empty((1, w.shape[0]), gx.dtype)
     for r in range(x.shape[0]):
         _logits(x, r, w, bias, z)
         m, s = _row_max_and_sum(z, 0)
-        for j in range(w.shape[0]):
-            glogits[r, j] = math.exp(z[0, j] - m) / s * gy[r]
-        glogits[r, labels[r]] -= gy[r]
+        for j in range(w.shape[0]):        # z becomes d loss / d logits
+            z[0, j] = math.exp(z[0, j] - m) / s * gy[r]
+        z[0, labels[r]] -= gy[r]
         for k in range(w.shape[1]):
             gx[r, k] = 0
         for j in range(w.shape[0]):
-            g = glogits[r, j]
+            g = z[0, j]
             gbias[j] += g
             for k in range(w.shape[1]):
                 gx[r, k] += g * w[j, k]
+                gw[j, k] += g * x[r, k]
 
 
 def affine_pick_neg_log_softmax(x, w, bias, labels):
@@ -114,10 +115,11 @@ def affine_pick_neg_log_softmax(x, w, bias, labels):
 
 
 def affine_pick_neg_log_softmax_grad(x, w, bias, labels, gy):
-    """(gx (B, k), glogits (B, n), gbias (n,)) for the output gradient gy (B,): the weight's
-    gradient is glogits^T x, left to the caller (one GEMM per weight over all batches)."""
+    """(gx (B, k), gw (n, k), gbias (n,)) for the output gradient gy (B,). The thin weight's
+    gradient is summed in the same pass (it stays in L1), where an outer product for the
+    one GEMM per weight had to copy every batch's rows into one stack first."""
     gx = np.empty(x.shape, x.dtype)
-    glogits = np.empty((x.shape[0], w.shape[0]), x.dtype)
+    gw = np.zeros(w.shape, x.dtype)
     gbias = np.zeros(w.shape[0], x.dtype)
-    _affine_backward(x, w, bias, labels, np.ascontiguousarray(gy, x.dtype), gx, glogits, gbias)
-    return gx, glogits, gbias
+    _affine_backward(x, w, bias, labels, np.ascontiguousarray(gy, x.dtype), gx, gw, gbias)
+    return gx, gw, gbias

@@ -16,7 +16,7 @@ from ..kernels import softmax
 from ..kernels.blas import SMALL_WEIGHT
 from .index import PickNegLogSoftmax
 from .linalg import Affine
-from .registry import Op, OuterGrad, check, register
+from .registry import Op, check, register
 
 
 @register
@@ -41,9 +41,8 @@ class AffinePickNegLogSoftmax(Op):
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
         w, x, b = xs
-        gx, glogits, gb = softmax.affine_pick_neg_log_softmax_grad(x, w, b, aux, gy)
-        return (OuterGrad(glogits, x) if needs[0] else None, gx if needs[1] else None,
-                gb if needs[2] else None)
+        gx, gw, gb = softmax.affine_pick_neg_log_softmax_grad(x, w, b, aux, gy)
+        return gw if needs[0] else None, gx if needs[1] else None, gb if needs[2] else None
 
 
 def fold_affine_losses(steps, program_outputs):
