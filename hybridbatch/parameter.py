@@ -171,6 +171,11 @@ class Parameter:
     def set_data(self, value):
         self.data = value
 
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(W): a copy of its numbers, as for a computed value (without it numpy
+        made an object array holding the Parameter)."""
+        return np.array(backend.to_numpy(self._data), dtype=dtype, copy=True)
+
     @property
     def grad(self):
         self._grad_rows = None

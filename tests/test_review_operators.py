@@ -33,10 +33,15 @@ def test_numpy_shape_functions_read_no_numbers_and_work():
         assert np.result_type(x, 1.0) == np.float32 and np.result_type(x, np.float64) == np.float64
 
 
-def test_numpy_reads_a_computed_values_numbers_when_asked():
+def test_numpy_reads_the_numbers_when_asked():
     for x in _handles():
-        if not isinstance(x, hb.Parameter):      # a Parameter's numbers are its .data
-            np.testing.assert_array_equal(np.asarray(x), [0.0, 1.0, 2.0])
+        want = [0.5] * 3 if isinstance(x, hb.Parameter) else [0.0, 1.0, 2.0]
+        got = np.asarray(x)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+    P = hb.Parameter("P", (3,), init=0.5)
+    np.asarray(P)[0] = 7.0                      # a copy: the Parameter keeps its numbers
+    np.testing.assert_array_equal(P.data, [0.5] * 3)
 
 
 def test_ndarray_operators_defer_to_the_handle():
