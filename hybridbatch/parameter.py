@@ -12,7 +12,6 @@ import numpy as np
 
 from . import backend
 from .errors import HybridBatchError
-from .kernels import blas
 from .kernels.scatter import add_outer, scatter_add_rows
 
 _ids = itertools.count()
@@ -211,13 +210,8 @@ class Parameter:
                 self._grad_rows = [merged] if 2 * len(merged) < self.shape[0] else None
 
     def add_grad_outer(self, left, right):
-        """grad += left^T @ right. Many rows (a weight's batches) are one GEMM summing into grad,
-        with no product temporary; one instance's few rows (eager) are add_outer's loop,
-        cheaper than a GEMM call."""
-        if left.shape[0] > 4:
-            blas.add_product(self._grad, left.T, right)
-        else:
-            add_outer(self._grad, left, right)
+        """grad += left^T @ right (add_outer: a loop for few rows, a GEMM into grad for many)."""
+        add_outer(self._grad, left, right)
         self._grad_rows = None
 
     def grad_rows(self):

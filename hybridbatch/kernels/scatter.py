@@ -1,7 +1,9 @@
 """Row scatter-add (dst[rows[k]] += src[k], correct when rows repeat; np.add.at is slow) and
-the in-place rank-k update for few rows (a GEMM with inner dimension 1 is slow in BLAS)."""
+the in-place rank-k update (a loop for few rows: a GEMM with inner dimension 1 is slow in BLAS)."""
 import numpy as np
 from numba import njit
+
+from . import blas
 
 
 def _compiled(dst):
@@ -45,8 +47,10 @@ def _add_outer(dst, left, right):
 
 
 def add_outer(dst, left, right):
-    """dst += left^T @ right, in place, for a handful of rows (one instance's outer product)."""
+    """dst += left^T @ right, in place. A handful of rows (one instance's outer product) is
+    this file's loop, cheaper than a GEMM call; more rows (a weight's batches) are one GEMM
+    summing into dst (blas.add_product: no product temporary with MKL)."""
     if not isinstance(dst, np.ndarray) or left.shape[0] > 4 or not _compiled(dst):
-        dst += left.T @ right
+        blas.add_product(dst, left.T, right)
         return
     _add_outer(dst, np.ascontiguousarray(left, dst.dtype), np.ascontiguousarray(right, dst.dtype))
