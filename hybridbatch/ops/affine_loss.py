@@ -57,7 +57,7 @@ def fold_affine_losses(steps, program_outputs):
                if _foldable(step[1]) and readers.get(step[0]) == 1 and step[0] not in program_outputs}
     folded, dropped = [], set()
     for slot, sig, refs, aux in steps:
-        affine = affines.get(refs[0]) if sig.op is PickNegLogSoftmax and refs else None
+        affine = affines.get(refs[0]) if sig.op is PickNegLogSoftmax else None
         if affine is None:
             folded.append((slot, sig, refs, aux))
             continue
