@@ -189,7 +189,8 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
         for b in range(plan.n_batches - 1, -1, -1):
             outs = plan.outs[b]
             live = mark[plan.start + plan.batch_nodes(b)]
-            if all(grads[a] is None for a, _ in outs) or not live.any():
+            n_live = np.count_nonzero(live)     # one C call: ndarray.any/.all go through Python
+            if n_live == 0 or all(grads[a] is None for a, _ in outs):
                 continue
             sig = sigs[plan.batch_sig[b]]
             op = sig.op
@@ -210,7 +211,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             aux = batch_aux(plan, b, op)
             saved = plan.saved.get(b) if op.saves else None
             rows = None
-            if not live.all():
+            if n_live < size:
                 # rows the seed does not reach: eager never visits them, and their zero output
                 # gradient times an inf local derivative would put NaN into shared gradients
                 rows = np.flatnonzero(live)
