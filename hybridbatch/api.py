@@ -186,4 +186,4 @@ def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
 
 
 for _cls in (Future, Tensor, Parameter):
-    operators.install(_cls, __import__(__name__, fromlist=["_"]))
+    operators.install(_cls, __import__(__name__, fromlist=["_"]), named=_cls is Parameter)

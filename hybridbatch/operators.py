@@ -8,7 +8,9 @@ import math
 import numpy as np
 
 
-def install(cls, api):
+def install(cls, api, named=False):
+    """named: cls is a named container (Parameter), kept in lists and compared by identity;
+    on values (Future, Tensor) `==` and `!=` raise."""
     def binary(fn):
         return lambda self, other: fn(self, other)
 
@@ -29,11 +31,22 @@ def install(cls, api):
     cls.__getitem__ = lambda self, key: api.slice(self, key)
     cls.__iter__ = _iterate
     cls.__array_priority__ = 1000   # ndarray op handle -> our reflected operator
+    if not named:
+        cls.__eq__ = cls.__ne__ = _refuse_comparison
+        cls.__hash__ = object.__hash__  # handles stay usable as dict keys and set members
     # numpy functions refuse handles (TypeError): np.tanh(W @ x) read the value through
     # __array__, silently dropping W's gradient, and np.sum(W) returned W itself; so did
     # np.dot and np.concatenate. np.asarray(h) still reads the numbers, as asked.
     cls.__array_ufunc__ = None
     cls.__array_function__ = _refuse_numpy_function
+
+
+def _refuse_comparison(value, other):
+    """`==` and `!=` compared handles, not numbers: `h == 0` was False and `h != h2` True,
+    silently, where numpy compares element by element (`<` and the others already raise)."""
+    raise TypeError(f"== and != on a {type(value).__name__} would compare the handles, not their numbers: "
+                    f"read the numbers first (.asnumpy()) to compare them, or use `is` to ask whether "
+                    f"two handles are the same")
 
 
 def _refuse_numpy_function(value, func, types, args, kwargs):

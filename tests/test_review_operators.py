@@ -64,6 +64,21 @@ def test_ndarray_operators_defer_to_the_handle():
     assert np.abs(want).sum() > 0
 
 
+@pytest.mark.parametrize("compare", [lambda x: x == 0.0, lambda x: x != x, lambda x: np.ones(3, np.float32) == x,
+                                     lambda x: x == hb.Parameter("Q", (3,), init=0.0)],
+                         ids=["eq_number", "ne_itself", "ndarray_eq", "eq_parameter"])
+def test_comparing_values_raises_instead_of_comparing_handles(compare):
+    """`x == 0.0` was False and `x != x` False whatever the numbers (handle identity), where
+    numpy compares element by element; a Parameter, a named weight, keeps identity."""
+    for x in _handles():
+        if isinstance(x, hb.Parameter):
+            assert (x == x) and not (x != x) and not (x == hb.Parameter("R", (3,)))
+            continue
+        with pytest.raises(TypeError, match="compare the handles"):
+            compare(x)
+        assert {x: 1}[x] == 1 and x in {x} and x in [x]     # hashing and identity still work
+
+
 @pytest.mark.parametrize("value", [0.0, 2.0], ids=["zero", "two"])
 def test_truth_value_of_an_eager_tensor_is_numpys(value):
     """A Tensor had no __bool__: a one-element vector holding 0 was True (its len), and a 0-d
