@@ -70,7 +70,7 @@ def _int_column(code):
 class Program:
     """Steps (slot, sig, operand slots per position (None for shared params), aux)."""
 
-    def __init__(self, name, graph, n_inputs, outputs, single, n_ints):
+    def __init__(self, name, graph, n_inputs, outputs, single, n_ints, as_list=False):
         self.name = name
         self.n_ints = n_ints
         self.n_inputs = n_inputs
@@ -90,8 +90,9 @@ class Program:
         self.origins = dict(enumerate(graph.origin or ()))     # slot -> its line in forward
         self.outputs = tuple(outputs)
         self.single = single
+        self.as_list = as_list      # forward returned a list: calls return one too, as un-hybridized
         self.out_types = tuple(graph.type[o] for o in outputs)
-        self.make_futures = maker(len(self.outputs), single)    # (scope, nid) -> a block call's Futures
+        self.make_futures = maker(len(self.outputs), single, as_list)    # (scope, nid) -> a block call's Futures
         self._units = None
         self._keyed = {}     # per unit list (fused or not): its KeyedPart, or None
         self.op = Composite(self)
@@ -271,7 +272,7 @@ class Program:
         return self.structure([vals[o] for o in self.outputs])
 
     def structure(self, outs):
-        return outs[0] if self.single else tuple(outs)
+        return outs[0] if self.single else list(outs) if self.as_list else tuple(outs)
 
 
 class _Values(list):
@@ -391,4 +392,5 @@ def trace(block, key, tracer):
         if not (isinstance(o, Future) and o.scope is tracer):
             raise HybridBatchError(f"{type(block).__name__}.forward must return values computed with hb ops "
                                    f"from its inputs (got {type(o).__name__})")
-    return Program(type(block).__name__, tracer.graph, n_inputs, [o.id for o in outs], single, n_ints)
+    return Program(type(block).__name__, tracer.graph, n_inputs, [o.id for o in outs], single, n_ints,
+                   as_list=isinstance(out, list))

@@ -139,6 +139,28 @@ def test_user_hybrid_block_with_two_outputs_agrees(seed):
     _assert_modes_agree(build, _params(block))
 
 
+class _ListOut(hb.HybridBlock):
+    def forward(self, x):
+        return [x * 2.0, x + 1.0]
+
+
+@pytest.mark.parametrize("granularity", ["eager", "block", "op", "auto"])
+def test_a_forward_returning_a_list_returns_a_list_hybridized(granularity):
+    """A hybridized call returned a tuple where the un-hybridized forward returned a list
+    (`outs.append(...)` then failed only once hybridize() was called)."""
+    x = np.arange(3, dtype=np.float32)
+    block = _ListOut()
+    block.hybridize()
+    if granularity == "eager":
+        outs = block(hb.array(x))
+    else:
+        with hb.batching(granularity=granularity):
+            outs = block(hb.array(x))
+    assert type(outs) is list and len(outs) == 2
+    np.testing.assert_array_equal(outs[0].asnumpy(), x * 2)
+    np.testing.assert_array_equal(outs[1].asnumpy(), x + 1)
+
+
 def test_block_granularity_records_one_node_per_call():
     cell = nn.LSTMCell(4, 3)
     cell.hybridize()
