@@ -46,8 +46,14 @@ def _axis(op_name, axis, x):
     return axis % ndim
 
 
+def _exact(v):
+    """A scalar operand as an exact Python number: an integer stays an int, so that int64
+    x + (2**60 + 1) does not round the scalar through float64 as float() did."""
+    return int(v) if isinstance(v, (int, np.integer)) else float(v)
+
+
 def _scalar_affine(x, a, c):
-    return apply(E.ScalarAffine, (x,), (float(a), float(c)))
+    return apply(E.ScalarAffine, (x,), (_exact(a), _exact(c)))
 
 
 def add(a, b):
@@ -59,8 +65,8 @@ def add(a, b):
 
 
 def sub(a, b):
-    if isinstance(b, _Number):       # negated as a Python float: -np.uint8(3) wraps to 253
-        return _scalar_affine(a, 1.0, -float(b))
+    if isinstance(b, _Number):       # negated as a Python number: -np.uint8(3) wraps to 253
+        return _scalar_affine(a, 1.0, -_exact(b))
     if isinstance(a, _Number):
         return _scalar_affine(b, -1.0, a)
     return apply(E.Sub, (a, b))

@@ -96,6 +96,16 @@ def test_subtracting_a_numpy_integer_scalar_is_numpys_difference(scalar):
     _assert_like_numpy(lambda x: x - scalar, lambda x: x - scalar, [(np.array([10.0, 20.0], np.float32),)])
 
 
+BIG = 2 ** 60 + 1      # not a float64: float(BIG) rounds it to 2**60
+
+
+@pytest.mark.parametrize("fn", [lambda x: x + BIG, lambda x: x * BIG, lambda x: BIG - x, lambda x: x - np.int64(BIG)],
+                         ids=["add", "mul", "rsub", "sub_int64"])
+def test_int64_arithmetic_with_a_large_integer_is_exact(fn):
+    """The scalar went through float(): int64 x + (2**60 + 1) was one off, silently."""
+    _assert_like_numpy(fn, fn, [(np.array([1, 2, -3], np.int64),)])
+
+
 @pytest.mark.parametrize("scalar", [np.float16(3), np.float16(0.1)], ids=["3", "0.1"])
 def test_dividing_by_a_float16_scalar_is_as_exact_as_numpys_quotient(scalar):
     """x / b was x * (1.0 / b) with the reciprocal rounded to float16: 2.4e-4 off in float32."""

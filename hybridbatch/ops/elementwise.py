@@ -85,12 +85,13 @@ class Log(_Unary):
 
 @register
 class ScalarAffine(_Unary):
-    """y = a * x + c for Python scalars a, c (x * 2, 1 - x, -x, x + 0.5)."""
+    """y = a * x + c for Python scalars a, c (x * 2, 1 - x, -x, x + 0.5): ints where the
+    operand was an integer (exact for int64 beyond 2**53), else floats."""
     name = "scalar_affine"
 
     def infer(self, attrs, shapes, dtypes):
         check_not_bool(self.name, shapes, dtypes)
-        if not all(float(v).is_integer() for v in attrs):    # x * 0.5, x / 2, x + 0.5
+        if not all(isinstance(v, int) or float(v).is_integer() for v in attrs):    # x * 0.5, x / 2, x + 0.5
             check_float(self.name, shapes, dtypes)
         elif dtypes[0].kind in "iu":    # as numpy refuses int8 + 200; the kernel would fail at the flush
             info = np.iinfo(dtypes[0])
