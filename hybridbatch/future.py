@@ -88,14 +88,14 @@ def _three(scope, nid):
     return a, b, c
 
 
-def maker(n, single, as_list=False):
-    """A function (scope, nid) -> the Future of node nid (single) or the tuple (as_list: the
-    list) of the n Futures of nodes nid.. (a block call's outputs). Recording's hot path: it
-    sets the two slots itself, a third cheaper than calling Future (whose __init__ is a
-    Python frame)."""
-    if single:
+def maker(n, container):
+    """A function (scope, nid) -> the Future of node nid (container None) or the tuple or
+    list (container) of the n Futures of nodes nid.. (a block call's outputs). Recording's
+    hot path: it sets the two slots itself, a third cheaper than calling Future (whose
+    __init__ is a Python frame)."""
+    if container is None:
         return _one
-    if as_list:
+    if container is list:
         return lambda scope, nid: [_one(scope, nid + j) for j in range(n)]
     if n == 2:
         return _two

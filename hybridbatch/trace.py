@@ -70,7 +70,7 @@ def _int_column(code):
 class Program:
     """Steps (slot, sig, operand slots per position (None for shared params), aux)."""
 
-    def __init__(self, name, graph, n_inputs, outputs, single, n_ints, as_list=False):
+    def __init__(self, name, graph, n_inputs, outputs, container, n_ints):
         self.name = name
         self.n_ints = n_ints
         self.n_inputs = n_inputs
@@ -89,10 +89,9 @@ class Program:
                                 if sig.op.uses_aux and _int_column(aux) is not None)
         self.origins = dict(enumerate(graph.origin or ()))     # slot -> its line in forward
         self.outputs = tuple(outputs)
-        self.single = single
-        self.as_list = as_list      # forward returned a list: calls return one too, as un-hybridized
+        self.container = container      # None: forward returned one value; else tuple or list, as it did
         self.out_types = tuple(graph.type[o] for o in outputs)
-        self.make_futures = maker(len(self.outputs), single, as_list)    # (scope, nid) -> a block call's Futures
+        self.make_futures = maker(len(self.outputs), container)    # (scope, nid) -> a block call's Futures
         self._units = None
         self._keyed = {}     # per unit list (fused or not): its KeyedPart, or None
         self.op = Composite(self)
@@ -272,7 +271,7 @@ class Program:
         return self.structure([vals[o] for o in self.outputs])
 
     def structure(self, outs):
-        return outs[0] if self.single else list(outs) if self.as_list else tuple(outs)
+        return outs[0] if self.container is None else self.container(outs)
 
 
 class _Values(list):
@@ -384,13 +383,12 @@ def trace(block, key, tracer):
         inputs.append(Future(tracer, tracer.graph.add(sig.id, sig.out_type, 0, (), -1)))
     n_inputs = len(tracer.graph)
     out = block.forward(*inputs)
-    single = not isinstance(out, (tuple, list))
-    outs = [out] if single else list(out)
+    container = list if isinstance(out, list) else tuple if isinstance(out, tuple) else None
+    outs = [out] if container is None else list(out)
     if not outs:
         raise HybridBatchError(f"{type(block).__name__}.forward must return at least one value")
     for o in outs:
         if not (isinstance(o, Future) and o.scope is tracer):
             raise HybridBatchError(f"{type(block).__name__}.forward must return values computed with hb ops "
                                    f"from its inputs (got {type(o).__name__})")
-    return Program(type(block).__name__, tracer.graph, n_inputs, [o.id for o in outs], single, n_ints,
-                   as_list=isinstance(out, list))
+    return Program(type(block).__name__, tracer.graph, n_inputs, [o.id for o in outs], container, n_ints)
