@@ -157,9 +157,10 @@ class ParameterDict:
 
         Every entry is checked before any parameter changes: a parameter of this dict absent
         from the file (unless allow_missing), an entry naming no parameter here (unless
-        ignore_extra), an entry whose shape differs, or whose values the parameter's dtype
-        cannot hold (complex into float, float64 beyond float32's range) raises ValueError.
-        Values are cast to each parameter's dtype.
+        ignore_extra), an entry whose shape differs, whose values the parameter's dtype
+        cannot hold (complex into float, float64 beyond float32's range, int64 beyond
+        int32's), or a tied parameter (one Parameter under several names) given different
+        values under its names raises ValueError. Values are cast to each parameter's dtype.
         """
         with np.load(os.fspath(path), allow_pickle=False) as archive:
             stored = {name: archive[name] for name in archive.files}
@@ -182,8 +183,9 @@ class ParameterDict:
             else:
                 with np.errstate(over="ignore"):
                     cast[name] = value.astype(p.dtype, copy=True)
-                if p.dtype.kind == "f" and (np.isfinite(value) & ~np.isfinite(cast[name])).any():
+                if _beyond_range(value, cast[name], p.dtype):
                     problems.append(f"{name!r} holds values beyond {p.dtype}'s range")
+        problems += _tied_conflicts(self._params, cast)
         if problems:
             raise ValueError(f"cannot load {os.fspath(path)!r}: " + "; ".join(problems))
         for name, p in self._params.items():
@@ -193,3 +195,32 @@ class ParameterDict:
     def __repr__(self):
         body = ", ".join(f"{n}: {p.shape}" for n, p in self._params.items())
         return f"ParameterDict(prefix={self.prefix!r}, {{{body}}})"
+
+
+def _beyond_range(value, cast, dtype):
+    """Whether casting `value` to `dtype` (giving `cast`) lost values: a finite float that
+    overflowed to inf, or an integer outside the integer dtype's range (astype wraps it)."""
+    if dtype.kind == "f":
+        return bool((np.isfinite(value) & ~np.isfinite(cast)).any())
+    if dtype.kind in "iu" and value.dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return bool(((value < info.min) | (value > info.max)).any())
+    return False
+
+
+def _tied_conflicts(params, cast):
+    """Problems where one Parameter (tied weights) is named several times and the file gives
+    its names different values: loading would keep the last and drop the others silently."""
+    names_of = {}
+    for name, p in params.items():
+        if name in cast:
+            names_of.setdefault(id(p), []).append(name)
+    problems = []
+    for names in names_of.values():
+        first = cast[names[0]]
+        for other in names[1:]:
+            if not np.array_equal(first, cast[other], equal_nan=first.dtype.kind in "fc"):
+                problems.append(f"{names[0]!r} and {other!r} are one tied parameter here, but the file gives "
+                                f"them different values")
+    return problems
+

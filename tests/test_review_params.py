@@ -41,6 +41,49 @@ def test_loading_refuses_values_the_dtype_cannot_hold(tmp_path):
     np.testing.assert_array_equal(W.data, np.array([1.5, -2.0], np.float32))
 
 
+@pytest.mark.parametrize("dtype, bad", [(np.int32, np.array([2 ** 40, 1], np.int64)),
+                                        (np.uint8, np.array([300, 2], np.uint16)),
+                                        (np.int8, np.array([2 ** 63, 1], np.uint64))],
+                         ids=["int64_into_int32", "uint16_into_uint8", "uint64_into_int8"])
+def test_loading_refuses_integers_the_dtype_cannot_hold(tmp_path, dtype, bad):
+    """The range check covered float dtypes only: 2**40 loaded into an int32 parameter wrapped
+    to 0, silently."""
+    params = hb.ParameterDict()
+    P = params.get("P", shape=(2,), init="zeros", dtype=dtype)
+    np.savez(tmp_path / "p.npz", P=bad)
+    with pytest.raises(ValueError, match="beyond"):
+        params.load(tmp_path / "p.npz")
+    np.testing.assert_array_equal(P.data, [0, 0])
+    np.savez(tmp_path / "ok.npz", P=np.array([7, 1], bad.dtype))     # fits: cast
+    params.load(tmp_path / "ok.npz")
+    assert P.data.dtype == dtype and P.data.tolist() == [7, 1]
+
+
+class _Tied(hb.Block):
+    def __init__(self, tie):
+        super().__init__()
+        self.enc = hb.nn.Dense(3, 3)
+        self.dec = hb.nn.Dense(3, 3)
+        if tie:
+            self.dec.weight = self.enc.weight
+
+
+def test_loading_refuses_two_values_for_one_tied_parameter(tmp_path):
+    """A file with different enc.weight and dec.weight loaded into a model where they are one
+    Parameter kept the last silently."""
+    _Tied(False).save_parameters(tmp_path / "untied.npz")
+    tied = _Tied(True)
+    before = tied.enc.weight.data.copy()
+    with pytest.raises(ValueError, match="one tied parameter"):
+        tied.load_parameters(tmp_path / "untied.npz")
+    np.testing.assert_array_equal(tied.enc.weight.data, before)
+    tied.save_parameters(tmp_path / "tied.npz")         # a tied model's own file round-trips
+    other = _Tied(True)
+    other.load_parameters(tmp_path / "tied.npz")
+    np.testing.assert_array_equal(other.enc.weight.data, before)
+    assert other.dec.weight is other.enc.weight
+
+
 def test_py_func_out_shape_holds_integers_and_names_its_type_alike():
     x = np.ones(3, np.float32)
     a = hb.py_func(np.tanh, x, out_shape=(np.int64(3),))
