@@ -223,26 +223,27 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                 gxs = op.backward(xp, sig, xs, aux, ys, gys, needs, **extra)
             else:
                 gxs = op.backward(xp, sig, xs, aux, ys[0], gys[0], needs, **extra)
-            k = g0
+            next_spec = g0
             for j, (pid, need, gx) in enumerate(zip(sig.params, needs, gxs)):
-                if pid is not None:
-                    if need:
-                        accumulate_param(pid, gx)
+                if pid is None:
+                    k, next_spec = next_spec, next_spec + 1     # this operand's gather spec
+                if not need or gx is None:      # None: a block's input its outputs do not read
                     continue
-                if need:
-                    if numerics is not None:
-                        numerics.check(gx, f"operand {j}")     # counting shared parameters too
-                    if rows is not None:
-                        full = xp.zeros((size,) + gx.shape[1:], gx.dtype)
-                        full[rows] = gx
-                        gx = full
-                    grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
-                    if plan.g_kind[k] == 2:
-                        p = plan.g_off[k]
-                        for owner in np.unique(plan.row_arena[p:p + size]):
-                            grad_arena(owner)
-                    scatter_add(plan, grads, k, size, gx)
-                k += 1
+                if pid is not None:
+                    accumulate_param(pid, gx)
+                    continue
+                if numerics is not None:
+                    numerics.check(gx, f"operand {j}")     # counting shared parameters too
+                if rows is not None:
+                    full = xp.zeros((size,) + gx.shape[1:], gx.dtype)
+                    full[rows] = gx
+                    gx = full
+                grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
+                if plan.g_kind[k] == 2:
+                    p = plan.g_off[k]
+                    for owner in np.unique(plan.row_arena[p:p + size]):
+                        grad_arena(owner)
+                scatter_add(plan, grads, k, size, gx)
 
 
 def _live_rows(op, sig, live, xs, ys, gys, aux, saved):

@@ -433,3 +433,39 @@ def test_assigning_a_block_attribute_retraces_what_read_it(mode):
     _call_in_mode(outer, x, mode)
     outer.inner.weight = hb.Parameter("weight", (3, 2), init="zeros")
     np.testing.assert_array_equal(_call_in_mode(outer, x, mode), np.zeros(3, np.float32))
+
+
+class _IgnoresItsSecondInput(hb.HybridBlock):
+    def __init__(self, W):
+        super().__init__()
+        self.W = W
+
+    def forward(self, x, h):
+        return hb.tanh(self.W @ x)          # h does not reach the output
+
+
+@pytest.mark.parametrize("calls", [1, 5])
+def test_a_block_input_its_output_does_not_read_gets_no_gradient(calls):
+    """Its gradient came back as None from the block's backward, which the scatter then
+    failed on (a dtype('O') add, or NoneType in scatter_add_rows) at block granularity."""
+    W = hb.Parameter("W", (3, 3))
+    block = _IgnoresItsSecondInput(W)
+    block.hybridize()
+    xs = [np.full(3, 0.5 * (i + 1), np.float32) for i in range(calls)]
+
+    def loss():
+        return hb.add_n([hb.sum(block(x, hb.tanh(W @ x))) for x in xs])
+
+    grads = {}
+    for mode in ("eager", "op", "block", "auto"):
+        W.zero_grad()
+        if mode == "eager":
+            value = loss()
+        else:
+            with hb.batching(granularity=mode):
+                value = loss()
+        value.backward()
+        grads[mode] = W.grad.copy()
+    assert np.abs(grads["eager"]).sum() > 0
+    for mode in ("op", "block", "auto"):
+        np.testing.assert_allclose(grads[mode], grads["eager"], rtol=1e-5, err_msg=mode)
