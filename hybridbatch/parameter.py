@@ -119,6 +119,8 @@ class Parameter:
 
     `data` keeps its shape for life (signatures that name this parameter assume it);
     `grad` accumulates over backward calls until a Trainer step or `zero_grad()` clears it.
+    grad_req defaults to "write" for floating-point dtypes and "null" (no gradient) for
+    integers and bools, as a derivative there is not defined.
 
     Row tracking: while every gradient added since the last zero came as rows (an embedding
     lookup's), the parameter knows which rows are non-zero, so clearing and the update of
@@ -127,7 +129,7 @@ class Parameter:
     until the next zero_grad().
     """
 
-    def __init__(self, name, shape, init="xavier", dtype=np.float32, rng=None, grad_req="write"):
+    def __init__(self, name, shape, init="xavier", dtype=np.float32, rng=None, grad_req=None):
         self.name = name
         self.shape = _shape(name, shape)
         self.dtype = np.dtype(dtype)
@@ -140,7 +142,8 @@ class Parameter:
         self._data = backend.xp().asarray(value, dtype=self.dtype)
         self._grad = backend.xp().zeros(self.shape, self.dtype)
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
-        self.grad_req = grad_req      # validated by the property below
+        # validated by the property below; a parameter of integers or bools has no gradient
+        self.grad_req = grad_req if grad_req is not None else "write" if self.dtype.kind in "fc" else "null"
         _live[self.pid] = self
 
     @property
@@ -152,6 +155,9 @@ class Parameter:
     def grad_req(self, value):
         if value not in GRAD_REQS:      # a typo ("nul") would otherwise train the parameter
             raise ValueError(f"parameter {self.name!r}: grad_req must be one of {GRAD_REQS}, not {value!r}")
+        if value != "null" and self.dtype.kind not in "fc":   # an update would fail casting into it
+            raise ValueError(f"parameter {self.name!r} holds {self.dtype}: only floating-point parameters "
+                             f"have gradients (grad_req must be 'null')")
         if value == "null":             # a gradient kept from before would be applied after unfreezing
             self.zero_grad()
         self._grad_req = value

@@ -40,7 +40,7 @@ class ParameterDict:
         self._params = {}
 
     # -- creation ---------------------------------------------------------------------
-    def get(self, name, shape=None, init="xavier", dtype=None, grad_req="write", rng=None):
+    def get(self, name, shape=None, init="xavier", dtype=None, grad_req=None, rng=None):
         """The Parameter `prefix + name`, created with these arguments if it does not exist.
 
         An existing one is returned as it is; `shape` and `dtype` (when given) must equal its

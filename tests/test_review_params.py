@@ -114,3 +114,21 @@ def test_an_eager_value_read_from_a_parameter_keeps_its_numbers_after_an_update(
     Trainer([W], "sgd", {"learning_rate": 1.0}).step(1)
     assert not np.array_equal(W.data.reshape(-1)[:4], before.reshape(-1)[:4])    # W did change
     np.testing.assert_array_equal(value.asnumpy(), before)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_])
+def test_a_parameter_of_integers_or_bools_has_no_gradient(dtype):
+    """It got grad_req "write": backward summed gradients into it, and a Trainer step then
+    failed inside numpy casting float64 into it."""
+    P = hb.Parameter("P", (4, 3), init=1, dtype=dtype)
+    assert P.grad_req == "null"
+    hb.sum(hb.lookup(P, 1)).backward()
+    Trainer([P], "sgd", {"learning_rate": 0.1}).step(1)
+    np.testing.assert_array_equal(P.data, np.ones((4, 3), dtype))
+    with pytest.raises(ValueError, match="only floating-point"):
+        P.grad_req = "write"
+    with pytest.raises(ValueError, match="only floating-point"):
+        hb.Parameter("Q", (2,), dtype=dtype, grad_req="write")
+    params = hb.ParameterDict()
+    assert params.get("R", shape=(2,), dtype=dtype).grad_req == "null"
+    assert params.get("S", shape=(2,)).grad_req == "write"
