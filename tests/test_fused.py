@@ -302,3 +302,39 @@ def test_fused_gradients_keep_nan_and_inf_like_numpy():
     np.testing.assert_array_equal(np.isinf(fused), np.isinf(plain))
     finite = np.isfinite(plain)
     np.testing.assert_allclose(fused[finite], plain[finite], rtol=1e-5, atol=1e-6)
+
+
+class _DeadGateMath(hb.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.W = hb.Parameter("W", (3, 3))
+        self.b = hb.Parameter("b", (3,), init=0.1)
+
+    def forward(self, x):
+        unused = hb.tanh(hb.affine(self.W, x, self.b)) * 2.0     # computed, never read
+        return hb.sigmoid(self.W @ x) * x
+
+
+def test_an_elementwise_run_nothing_reads_is_not_fused():
+    """Its kernel had no outputs: the generated source had an empty argument
+    (`def backward(B, in0, , gin0)`), a SyntaxError at block granularity."""
+    block = _DeadGateMath()
+    block.hybridize()
+    xs = [np.full(3, 0.3 * (i + 1), np.float32) for i in range(4)]
+    got = {}
+    for mode in ("eager", "op", "block"):
+        block.W.zero_grad()
+        if mode == "eager":
+            outs = [block(x) for x in xs]
+            loss = hb.add_n([hb.sum(o) for o in outs])
+        else:
+            with hb.batching(granularity=mode):
+                outs = [block(x) for x in xs]
+                loss = hb.add_n([hb.sum(o) for o in outs])
+        loss.backward()
+        got[mode] = (np.stack([o.asnumpy() for o in outs]), block.W.grad.copy())
+    for mode in ("op", "block"):
+        np.testing.assert_allclose(got[mode][0], got["eager"][0], rtol=1e-6, err_msg=mode)
+        np.testing.assert_allclose(got[mode][1], got["eager"][1], rtol=1e-5, err_msg=mode)
+    program = next(iter(block._programs.values()))
+    assert all(unit.outputs for unit in program.units(np) if isinstance(unit, FusedRun))

@@ -303,8 +303,9 @@ def plan_units(steps, program_outputs):
     """Split program steps into single steps and FusedRuns (runs with >= 2 fused ops).
 
     An affine step whose output only feeds fused runs becomes a bias-free matmul step, and
-    the runs add its bias where they read the output (and sum its gradient)."""
-    spans = _run_spans(steps)
+    the runs add its bias where they read the output (and sum its gradient). A run whose
+    values nothing reads is not fused (its kernel would have no outputs): its steps stay."""
+    spans = [span for span in _run_spans(steps) if _run_outputs(steps, span, program_outputs)]
     folds = _bias_folds(steps, spans, program_outputs)
     steps = list(steps)
     biases = {}
@@ -313,13 +314,20 @@ def plan_units(steps, program_outputs):
         steps[k] = (slot, signature.intern(MatMul, (), sig.codes[:2]), refs[:2], aux)
         biases[slot] = pid
     units, i = [], 0
-    for start, end, n in spans:
+    for span in spans:
+        start, end, n = span
         units += steps[i:start]
         run = steps[start:end]
-        produced = {s[0] for s in run}
-        later = {r for s in steps[end:] for r in s[2] if r is not None} | set(program_outputs)
-        fused = build_run(run, n, later & produced, biases)
+        fused = build_run(run, n, _run_outputs(steps, span, program_outputs), biases)
         fused.steps = run
         units.append(fused)
         i = end
     return units + steps[i:]
+
+
+def _run_outputs(steps, span, program_outputs):
+    """The slots a run (start, end, n) makes that later steps or the program's outputs read."""
+    start, end, _ = span
+    produced = {s[0] for s in steps[start:end]}
+    later = {r for s in steps[end:] for r in s[2] if r is not None} | set(program_outputs)
+    return later & produced
