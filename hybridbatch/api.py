@@ -58,32 +58,32 @@ def _scalar_affine(x, a, c):
 
 def add(a, b):
     if isinstance(b, _Number):
-        return _scalar_affine(a, 1.0, b)
+        return _scalar_affine(a, 1, b)
     if isinstance(a, _Number):
-        return _scalar_affine(b, 1.0, a)
+        return _scalar_affine(b, 1, a)
     return apply(E.Add, (a, b))
 
 
 def sub(a, b):
     if isinstance(b, _Number):       # negated as a Python number: -np.uint8(3) wraps to 253
-        return _scalar_affine(a, 1.0, -_exact(b))
+        return _scalar_affine(a, 1, -_exact(b))
     if isinstance(a, _Number):
-        return _scalar_affine(b, -1.0, a)
+        return _scalar_affine(b, -1, a)
     return apply(E.Sub, (a, b))
 
 
 def mul(a, b):
     if isinstance(b, _Number):
-        return _scalar_affine(a, b, 0.0)
+        return _scalar_affine(a, b, 0)
     if isinstance(a, _Number):
-        return _scalar_affine(b, a, 0.0)
+        return _scalar_affine(b, a, 0)
     return apply(E.Mul, (a, b))
 
 
 def div(a, b):
     if isinstance(b, _Number):       # a Python float: 1.0 / np.float16(3) rounds to float16
         b = float(b)                 # / 0 gives numpy's inf and nan: x * (+-inf)
-        return _scalar_affine(a, 1.0 / b if b else math.copysign(math.inf, b), 0.0)
+        return _scalar_affine(a, 1.0 / b if b else math.copysign(math.inf, b), 0)
     if isinstance(a, _Number):       # a number over a value: a scalar constant of its dtype
         a = np.asarray(a, dtype=b.dtype if hasattr(b, "dtype") else np.float32)
     return apply(E.Div, (a, b))

@@ -27,7 +27,7 @@ def install(cls, api, named=False):
     cls.__rtruediv__ = reflected(api.div)
     cls.__matmul__ = binary(api.matmul)
     cls.__rmatmul__ = reflected(api.matmul)
-    cls.__neg__ = lambda self: api.mul(self, -1.0)
+    cls.__neg__ = lambda self: api.mul(self, -1)
     cls.__getitem__ = lambda self, key: api.slice(self, key)
     cls.__iter__ = _iterate
     cls.__array_priority__ = 1000   # ndarray op handle -> our reflected operator
@@ -72,9 +72,10 @@ def _dtype_or_self(x):
 
 
 def _sum_start(other, value):
-    """Whether `other + value` is sum()'s 0 start, which adds nothing: no node. Not for bools,
-    which numpy counts (0 + b is an integer array) where b + b is their OR."""
-    return isinstance(other, (int, float)) and other == 0 and value.dtype != bool
+    """Whether `other + value` is sum()'s int 0 start, which adds nothing: no node. Not for
+    bools, which numpy counts (0 + b is an integer array) where b + b is their OR; nor a
+    float 0.0, which numpy adds (an integer value then becomes float64)."""
+    return other.__class__ is int and other == 0 and value.dtype != bool
 
 
 def _iterate(value):

@@ -710,6 +710,9 @@ INT_OPERAND_ERRORS = [
     ("log", lambda i: hb.log(i)), ("div", lambda i: i / i), ("div", lambda i: 1 / i),
     ("log_softmax", lambda i: hb.log_softmax(i)), ("pick_neg_log_softmax", lambda i: hb.pick_neg_log_softmax(i, 0)),
     ("scalar_affine", lambda i: i * 0.5), ("scalar_affine", lambda i: i / 2), ("scalar_affine", lambda i: i + 0.5),
+    # a whole-number float too: numpy's int array * 2.0 is float64; int8 [100] * 2.0 wrapped to -56
+    ("scalar_affine", lambda i: i * 2.0), ("scalar_affine", lambda i: i / 1), ("scalar_affine", lambda i: i - 100.0),
+    ("scalar_affine", lambda i: 0.0 + i),
 ]
 
 

@@ -106,6 +106,15 @@ def test_int64_arithmetic_with_a_large_integer_is_exact(fn):
     _assert_like_numpy(fn, fn, [(np.array([1, 2, -3], np.int64),)])
 
 
+@pytest.mark.parametrize("fn", [lambda x: -x, lambda x: x - 1, lambda x: 1 - x, lambda x: x * 2, lambda x: sum([x, x]),
+                                lambda x: x * True],
+                         ids=["neg", "sub", "rsub", "mul", "python_sum", "mul_bool"])
+def test_integer_values_with_integer_scalars_stay_integers_like_numpy(fn):
+    """The scalars behind -x, x - 1 and x + y's sum() start are ints, so they keep the
+    value's integer dtype (and wrap as numpy does), where a float scalar is refused."""
+    _assert_like_numpy(fn, fn, [(np.array([100, -100, 3], np.int8),)])
+
+
 @pytest.mark.parametrize("scalar", [np.float16(3), np.float16(0.1)], ids=["3", "0.1"])
 def test_dividing_by_a_float16_scalar_is_as_exact_as_numpys_quotient(scalar):
     """x / b was x * (1.0 / b) with the reciprocal rounded to float16: 2.4e-4 off in float32."""

@@ -91,8 +91,8 @@ class ScalarAffine(_Unary):
 
     def infer(self, attrs, shapes, dtypes):
         check_not_bool(self.name, shapes, dtypes)
-        if not all(isinstance(v, int) or float(v).is_integer() for v in attrs):    # x * 0.5, x / 2, x + 0.5
-            check_float(self.name, shapes, dtypes)
+        if not all(isinstance(v, int) for v in attrs):    # x * 0.5, x / 2, x + 0.5, and x * 2.0:
+            check_float(self.name, shapes, dtypes)         # numpy's int array + float is float64
         elif dtypes[0].kind in "iu":    # as numpy refuses int8 + 200; the kernel would fail at the flush
             info = np.iinfo(dtypes[0])
             check(all(info.min <= v <= info.max for v in attrs), self.name, shapes,
