@@ -186,9 +186,20 @@ def pick_neg_log_softmax(logits, label):
 
 
 def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
-    """Run numpy code per instance as an (unbatchable) op: fn(*arrays) -> array."""
+    """Run numpy code per instance as an (unbatchable) op: fn(*arrays) -> array.
+
+    Checked here, at the call: fn and grad_fn callable (grad_fn may be None), out_shape
+    integers >= 0, out_dtype numeric. A scope would otherwise fail only at its flush."""
+    if not callable(fn) or not (grad_fn is None or callable(grad_fn)):
+        raise TypeError(f"py_func needs a callable fn and a callable grad_fn (or None), got "
+                        f"{type(fn).__name__} and {type(grad_fn).__name__}")
     shape = tuple(as_int("py_func's out_shape", s) for s in out_shape)    # np.int64(3) names its type as 3 does
-    return apply(C.PyFunc, xs, (fn, grad_fn, shape, np.dtype(out_dtype)))
+    if any(d < 0 for d in shape):
+        raise ValueError(f"py_func's out_shape {shape} must hold integers >= 0")
+    dtype = np.dtype(out_dtype)
+    if dtype.kind not in "biufc":
+        raise TypeError(f"py_func's out_dtype must be numeric (bool, integer, float or complex), not {dtype}")
+    return apply(C.PyFunc, xs, (fn, grad_fn, shape, dtype))
 
 
 for _cls in (Future, Tensor, Parameter):

@@ -132,3 +132,60 @@ def test_a_parameter_of_integers_or_bools_has_no_gradient(dtype):
     params = hb.ParameterDict()
     assert params.get("R", shape=(2,), dtype=dtype).grad_req == "null"
     assert params.get("S", shape=(2,)).grad_req == "write"
+
+
+def _product(a, b):
+    return a * b
+
+
+@pytest.mark.parametrize("mode", ["eager", "op"])
+def test_py_func_grad_fn_may_give_none_for_an_operand(mode):
+    """The user guide allows None per operand; it was read as a 0-d gradient and refused
+    with a misleading shape error."""
+    A = hb.Parameter("A", (3,), init=1.0)
+    B = hb.Parameter("B", (3,), init=2.0)
+
+    def grad_a_only(a, b, y, gy):
+        return gy * b, None
+
+    def loss():
+        return hb.sum(hb.py_func(_product, A * 1.0, B * 1.0, out_shape=(3,), grad_fn=grad_a_only))
+
+    if mode == "eager":
+        value = loss()
+    else:
+        with hb.batching(granularity=mode):
+            value = loss()
+    value.backward()
+    np.testing.assert_array_equal(A.grad, [2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(B.grad, [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("bad", [lambda a, b, y, gy: (gy * b,), lambda a, b, y, gy: gy * b,
+                                 lambda a, b, y, gy: (gy, gy, gy)], ids=["too_few", "bare_array", "too_many"])
+def test_py_func_grad_fn_must_give_one_gradient_per_operand(bad):
+    """Too few gave an IndexError deep in the op, a bare array a misleading shape error, and
+    too many were silently cut."""
+    A = hb.Parameter("A", (3,), init=1.0)
+    with pytest.raises(ValueError, match="must return a tuple of 2 gradients"):
+        hb.sum(hb.py_func(_product, A * 1.0, A * 2.0, out_shape=(3,), grad_fn=bad)).backward()
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(fn=3, out_shape=(3,)), TypeError, "callable fn"),
+    (dict(fn=np.tanh, out_shape=(3,), grad_fn=5), TypeError, "callable grad_fn"),
+    (dict(fn=np.tanh, out_shape=(-1,)), ValueError, ">= 0"),
+    (dict(fn=np.tanh, out_shape=(3,), out_dtype=object), TypeError, "numeric"),
+], ids=["fn", "grad_fn", "negative_shape", "object_dtype"])
+def test_py_func_arguments_are_checked_at_the_call(kwargs, error, match):
+    """In a scope they failed only at the flush (numpy's negative dimensions, 'int' object
+    is not callable), and an object dtype was accepted."""
+    kwargs = dict(kwargs)
+    fn = kwargs.pop("fn")
+    for in_scope in (False, True):
+        if in_scope:
+            with hb.batching(), pytest.raises(error, match=match):
+                hb.py_func(fn, np.ones(3, np.float32), **kwargs)
+        else:
+            with pytest.raises(error, match=match):
+                hb.py_func(fn, np.ones(3, np.float32), **kwargs)

@@ -27,13 +27,14 @@ class PyFunc(Op):
         grad_fn = sig.attrs[1]
         if grad_fn is None:
             raise NotImplementedError(f"py_func {sig.attrs[0].__name__} has no grad_fn")
-        per_row = [grad_fn(*_row(xs, sig, b), y[b], gy[b]) for b in range(gy.shape[0])]
+        per_row = [_gradients(grad_fn, grad_fn(*_row(xs, sig, b), y[b], gy[b]), len(xs)) for b in range(gy.shape[0])]
         grads = []
         for i, (n, shared, shape) in enumerate(zip(needs, sig.shared, sig.in_shapes)):
             if not n:
                 grads.append(None)
                 continue
-            rows = [xp.asarray(r[i]) for r in per_row]
+            # None: no gradient for that operand (zero), as the user guide allows
+            rows = [xp.zeros(shape, gy.dtype) if r[i] is None else xp.asarray(r[i]) for r in per_row]
             for r in rows:     # a wrong shape would broadcast into the operand's gradient silently
                 if r.shape != shape:
                     raise ValueError(f"py_func {grad_fn.__name__} returned a gradient of shape {r.shape} "
@@ -46,3 +47,15 @@ class PyFunc(Op):
 def _row(xs, sig, b):
     """Instance b's operands: its row of each batched operand, shared parameters whole."""
     return tuple(x if shared else x[b] for x, shared in zip(xs, sig.shared))
+
+
+def _gradients(grad_fn, result, n):
+    """grad_fn's result checked as one gradient (or None) per operand: a bare array or a
+    tuple of another length would be read per operand wrongly (r[i] of an array is a row)."""
+    if not isinstance(result, (tuple, list)) or len(result) != n:
+        got = f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list)) else \
+            type(result).__name__
+        raise ValueError(f"py_func's grad_fn {getattr(grad_fn, '__name__', grad_fn)!r} must return a tuple of "
+                         f"{n} gradients (one per operand, None for none), not {got}")
+    return result
+
