@@ -214,3 +214,9 @@ def test_backward_slice_starting_before_the_front_is_empty(key):
     slice read as "the last element": x[-10::-1] was the whole vector reversed, not empty."""
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     _assert_like_numpy(lambda v: v[key] * 1.0, lambda v: v[key] * np.float32(1.0), [(x,)])
+
+
+def test_log_softmax_of_an_empty_axis_raises_at_the_call():
+    """It was recorded, then numpy's 'zero-size array to reduction operation maximum' came
+    from inside the op at the flush (and eagerly)."""
+    _raises_at_the_call(lambda x: hb.log_softmax(x), (np.zeros(0, np.float32),), match="last one")

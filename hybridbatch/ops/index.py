@@ -86,7 +86,8 @@ class LogSoftmax(Op):
     name = "log_softmax"
 
     def infer(self, attrs, shapes, dtypes):
-        check(len(shapes[0]) >= 1, self.name, shapes, "needs at least one axis")
+        check(len(shapes[0]) >= 1 and shapes[0][-1] > 0, self.name, shapes,
+              "needs at least one axis, and values along the last one (a softmax of none is undefined)")
         check_float(self.name, shapes, dtypes)
         return shapes[0], dtypes[0]
 
