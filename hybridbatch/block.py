@@ -6,6 +6,7 @@ hybridized block is then ONE graph node and a batch of such calls runs the trace
 once on the stacked inputs; at op granularity the program is replayed op by op so primitive
 ops batch across block boundaries; eagerly it is replayed for one instance.
 """
+import warnings
 import weakref
 
 import numpy as np
@@ -49,7 +50,21 @@ class Block:
             self._children[name] = value
         elif isinstance(value, Parameter):
             self._params[name] = value
+        elif isinstance(value, (list, tuple, dict)):
+            self._warn_unregistered(name, value)
         object.__setattr__(self, name, value)
+
+    def _warn_unregistered(self, name, container):
+        """Warn when a list, tuple or dict holds Blocks or Parameters this block has not
+        registered: collect_params, a Trainer, save_parameters and hybridize() never see them."""
+        members = container.values() if isinstance(container, dict) else container
+        known = {id(v) for v in self._children.values()} | {id(v) for v in self._params.values()}
+        missed = [v for v in members if isinstance(v, (Block, Parameter)) and id(v) not in known]
+        if missed:
+            warnings.warn(f"{type(self).__name__}.{name} holds {len(missed)} Block(s)/Parameter(s) that are not "
+                          f"registered: collect_params(), a Trainer, save_parameters() and hybridize() will not "
+                          f"see them. Use nn.Sequential, or assign each to an attribute of its own.",
+                          UserWarning, stacklevel=3)
 
     def __delattr__(self, name):
         object.__delattr__(self, name)

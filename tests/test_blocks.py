@@ -1,4 +1,6 @@
 """Blocks: registration, save/load, and block / op / eager granularity agreeing exactly."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -469,3 +471,24 @@ def test_a_block_input_its_output_does_not_read_gets_no_gradient(calls):
     assert np.abs(grads["eager"]).sum() > 0
     for mode in ("op", "block", "auto"):
         np.testing.assert_allclose(grads[mode], grads["eager"], rtol=1e-5, err_msg=mode)
+
+
+def test_a_container_of_unregistered_blocks_or_parameters_warns():
+    """Blocks and Parameters in a list or dict attribute were silently left out of
+    collect_params(), so a Trainer never updated them and save_parameters() never saved them."""
+    class Holder(hb.Block):
+        def __init__(self):
+            super().__init__()
+            self.W = hb.Parameter("W", (2,))
+            self.registered = [self.W]          # already registered: no warning
+            self.numbers = [1, 2]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Holder()
+    block = Holder()
+    with pytest.warns(UserWarning, match=r"Holder.layers holds 2 .* not registered"):
+        block.layers = [nn.Dense(2, 2), nn.Dense(2, 2)]
+    with pytest.warns(UserWarning, match=r"Holder.extra holds 1 .* not registered"):
+        block.extra = {"V": hb.Parameter("V", (2,))}
+    assert list(block.collect_params()) == ["W"]
