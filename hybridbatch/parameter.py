@@ -114,6 +114,24 @@ def _shape(name, shape):
     return dims
 
 
+def cast_checked(value, dtype, xp=np):
+    """(value as a new array of dtype, None), or (None, why it cannot be): another kind (a
+    float into an integer parameter truncates, complex into float drops), a finite float
+    that overflows to inf, or an integer outside the integer dtype's range (astype wraps)."""
+    value = xp.asarray(value)
+    if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+        return None, f"{value.dtype} values cannot become {dtype}"
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = xp.array(value, dtype=dtype, copy=True)
+    if dtype.kind == "f" and value.dtype.kind in "fiu" and (xp.isfinite(value) & ~xp.isfinite(cast)).any():
+        return None, f"holds values beyond {dtype}'s range"
+    if dtype.kind in "iu" and value.dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if ((value < info.min) | (value > info.max)).any():
+            return None, f"holds values beyond {dtype}'s range"
+    return cast, None
+
+
 class Parameter:
     """A named trainable array with its gradient.
 
@@ -168,10 +186,12 @@ class Parameter:
 
     @data.setter
     def data(self, value):
-        value = backend.xp().array(value, dtype=self.dtype, copy=True)   # never alias the caller's array
-        if value.shape != self.shape:
-            raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set data of shape {value.shape}")
-        self._data = value
+        cast, problem = cast_checked(value, self.dtype, backend.xp())   # a copy: never the caller's array
+        if problem is not None:
+            raise ValueError(f"parameter {self.name!r}: {problem}")
+        if cast.shape != self.shape:
+            raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set data of shape {cast.shape}")
+        self._data = cast
 
     def set_data(self, value):
         self.data = value

@@ -15,7 +15,7 @@ import zipfile
 
 import numpy as np
 
-from .parameter import Parameter
+from .parameter import Parameter, cast_checked
 from . import backend
 
 __all__ = ["ParameterDict"]
@@ -178,13 +178,12 @@ class ParameterDict:
             value = stored[name]
             if value.shape != p.shape:
                 problems.append(f"{name!r} has shape {value.shape} in the file but {p.shape} here")
-            elif not np.can_cast(value.dtype, p.dtype, casting="same_kind"):
-                problems.append(f"{name!r} is {value.dtype} in the file; it cannot become {p.dtype}")
             else:
-                with np.errstate(over="ignore"):
-                    cast[name] = value.astype(p.dtype, copy=True)
-                if _beyond_range(value, cast[name], p.dtype):
-                    problems.append(f"{name!r} holds values beyond {p.dtype}'s range")
+                value, problem = cast_checked(value, p.dtype)
+                if problem is None:
+                    cast[name] = value
+                else:
+                    problems.append(f"{name!r} in the file: {problem}")
         problems += _tied_conflicts(self._params, cast)
         if problems:
             raise ValueError(f"cannot load {os.fspath(path)!r}: " + "; ".join(problems))
@@ -195,17 +194,6 @@ class ParameterDict:
     def __repr__(self):
         body = ", ".join(f"{n}: {p.shape}" for n, p in self._params.items())
         return f"ParameterDict(prefix={self.prefix!r}, {{{body}}})"
-
-
-def _beyond_range(value, cast, dtype):
-    """Whether casting `value` to `dtype` (giving `cast`) lost values: a finite float that
-    overflowed to inf, or an integer outside the integer dtype's range (astype wraps it)."""
-    if dtype.kind == "f":
-        return bool((np.isfinite(value) & ~np.isfinite(cast)).any())
-    if dtype.kind in "iu" and value.dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return bool(((value < info.min) | (value > info.max)).any())
-    return False
 
 
 def _tied_conflicts(params, cast):

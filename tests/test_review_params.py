@@ -189,3 +189,20 @@ def test_py_func_arguments_are_checked_at_the_call(kwargs, error, match):
         else:
             with pytest.raises(error, match=match):
                 hb.py_func(fn, np.ones(3, np.float32), **kwargs)
+
+
+@pytest.mark.parametrize("dtype, bad, match", [
+    (np.int32, [1.7, 2.9], "float64 values cannot become int32"),
+    (np.int32, [2 ** 40, 0], "beyond int32's range"),
+    (np.float32, [1e40, 0.0], "beyond float32's range"),
+    (np.float32, np.array([1 + 2j, 0]), "complex128 values cannot become float32"),
+], ids=["float_into_int", "int_overflow", "float_overflow", "complex"])
+def test_setting_data_refuses_values_the_dtype_cannot_hold(dtype, bad, match):
+    """`p.data = ...` truncated floats into an integer parameter, wrapped integers, and made
+    1e40 an inf in float32 (a RuntimeWarning at most), where load() refused all three."""
+    P = hb.Parameter("P", (2,), init=0, dtype=dtype)
+    with pytest.raises(ValueError, match=match):
+        P.data = bad
+    np.testing.assert_array_equal(P.data, [0, 0])
+    P.data = [3, 4]                  # values that fit are cast, as before
+    assert P.data.dtype == dtype and P.data.tolist() == [3, 4]
