@@ -13,6 +13,7 @@ import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.kernels.fused import FusedRun
 from hybridbatch.trace import FUSION
+from test_review_ops import recorded
 
 
 @contextmanager
@@ -322,15 +323,13 @@ def test_an_elementwise_run_nothing_reads_is_not_fused():
     block.hybridize()
     xs = [np.full(3, 0.3 * (i + 1), np.float32) for i in range(4)]
     got = {}
+    def build():
+        outs = [block(x) for x in xs]
+        return outs, hb.add_n([hb.sum(o) for o in outs])
+
     for mode in ("eager", "op", "block"):
         block.W.zero_grad()
-        if mode == "eager":
-            outs = [block(x) for x in xs]
-            loss = hb.add_n([hb.sum(o) for o in outs])
-        else:
-            with hb.batching(granularity=mode):
-                outs = [block(x) for x in xs]
-                loss = hb.add_n([hb.sum(o) for o in outs])
+        outs, loss = recorded(mode, build)
         loss.backward()
         got[mode] = (np.stack([o.asnumpy() for o in outs]), block.W.grad.copy())
     for mode in ("op", "block"):

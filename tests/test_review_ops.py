@@ -20,6 +20,14 @@ class _Fn(hb.HybridBlock):
         return self.fn(*args)
 
 
+def recorded(mode, build):
+    """build() eagerly (mode "eager") or inside a batching scope of that granularity."""
+    if mode == "eager":
+        return build()
+    with hb.batching(granularity=mode):
+        return build()
+
+
 def _values(fn, instances, mode):
     """fn over every instance (a tuple of arrays) in one mode, as numpy arrays."""
     if mode == "eager":
