@@ -211,4 +211,3 @@ def _tied_conflicts(params, cast):
                 problems.append(f"{names[0]!r} and {other!r} are one tied parameter here, but the file gives "
                                 f"them different values")
     return problems
-

@@ -58,4 +58,3 @@ def _gradients(grad_fn, result, n):
         raise ValueError(f"py_func's grad_fn {getattr(grad_fn, '__name__', grad_fn)!r} must return a tuple of "
                          f"{n} gradients (one per operand, None for none), not {got}")
     return result
-
