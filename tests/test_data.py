@@ -204,6 +204,27 @@ def test_read_conllu_malformed_line(tmp_path, bad_line, column, expected, found)
     assert f"found {found}" in str(e)
 
 
+@pytest.mark.parametrize("heads, lineno, expected", [
+    ({4: 0}, 6, "one root (HEAD 0) per sentence (this sentence has 2)"),      # "I" a second root
+    ({6: 1, 7: 0}, 4, "HEADs leading to the root (word 1 is on a cycle of HEADs)"),   # 1 -> 3 -> 1
+    ({6: 1}, 4, "one root (HEAD 0) per sentence (this sentence has 0)"),
+], ids=["two_roots", "cycle", "no_root"])
+def test_read_conllu_refuses_heads_that_are_not_one_tree(tmp_path, heads, lineno, expected):
+    """Two roots, no root or a cycle of HEADs were read as a 'basic dependency tree'."""
+    lines = CONLLU.splitlines()
+    for i, head in heads.items():                    # line i of the file (1-based)
+        fields = lines[i - 1].split("\t")
+        fields[6] = str(head)
+        lines[i - 1] = "\t".join(fields)
+    p = tmp_path / "bad.conllu"
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(DataFormatError) as info:
+        read_conllu(p)
+    head_column = sum(len(f) + 1 for f in lines[lineno - 1].split("\t")[:6]) + 1
+    assert (info.value.lineno, info.value.column) == (lineno, head_column)
+    assert info.value.expected == expected
+
+
 def test_read_conllu_takes_underscore_for_unspecified_upos_and_deprel(tmp_path):
     p = tmp_path / "s.conllu"
     p.write_text(CONLLU.replace("3\tknow\tknow\tVERB\tVB\t_\t0\troot", "3\tknow\tknow\t_\tVB\t_\t0\t_"),

@@ -41,6 +41,28 @@ def _column(fields: list[str], i: int) -> int:
     return sum(len(f) for f in fields[:i]) + i + 1
 
 
+def _not_a_tree(sent: list[Token]) -> tuple[int, str] | None:
+    """(index of the first offending token, what was expected) when the HEADs of a sentence
+    are not one tree (exactly one root, every word reaching it), else None."""
+    roots = [k for k, tok in enumerate(sent) if tok.head == 0]
+    if len(roots) != 1:
+        k = roots[1] if roots else 0
+        return k, f"one root (HEAD 0) per sentence (this sentence has {len(roots)})"
+    state = [0] * (len(sent) + 1)     # by word id: 0 unseen, 1 on the walk, 2 reaches the root
+    state[0] = 2
+    for k in range(len(sent)):
+        walk, i = [], k + 1
+        while state[i] == 0:
+            state[i] = 1
+            walk.append(i)
+            i = sent[i - 1].head
+        if state[i] == 1:
+            return k, f"HEADs leading to the root (word {k + 1} is on a cycle of HEADs)"
+        for j in walk:
+            state[j] = 2
+    return None
+
+
 def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
     """The sentences of a CoNLL-U file, each a list of `Token` (basic dependency tree).
 
@@ -49,7 +71,8 @@ def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
     Checked, each a `DataFormatError` with file, line number and column: 10 tab-separated
     columns; ID an integer counting 1, 2, ... within the sentence (or a valid `a-b` / `a.b`);
     UPOS one of `UPOS_TAGS` or `_`; HEAD an integer between 0 and the sentence length, not
-    the token's own ID (a word cannot head itself); DEPREL not empty (`_` if unspecified).
+    the token's own ID (a word cannot head itself), exactly one root per sentence and no
+    cycle of HEADs; DEPREL not empty (`_` if unspecified).
     """
     name = os.fspath(path)
     sents: list[list[Token]] = []
@@ -69,6 +92,12 @@ def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
                 fields = line.split("\t")
                 raise fail(lineno, line, f"HEAD between 0 and {n} (the sentence length)",
                            fields[6], 6, fields)
+        bad = _not_a_tree(cur)
+        if bad is not None:
+            k, expected = bad
+            lineno, line = cur_lines[k]
+            fields = line.split("\t")
+            raise fail(lineno, line, expected, fields[6], 6, fields)
         sents.append(list(cur))
         cur.clear()
         cur_lines.clear()
