@@ -189,6 +189,7 @@ def test_read_conllu_skips_comments_multiword_lines_and_empty_nodes(tmp_path):
     ("3\tknow\tknow\t\tVB\t_\t0\troot\t0:root\t_", 13, "a UPOS tag (ADJ ADP", "an empty field"),
     ("3\tknow\tknow\tVB\tVB\t_\t0\troot\t0:root\t_", 13, "a UPOS tag (ADJ ADP", "'VB'"),
     ("3\tknow\tknow\tVERB\tVB\t_\t0\t\t0:root\t_", 25, "a DEPREL (or '_') in column 8", "an empty field"),
+    ("3\t\tknow\tVERB\tVB\t_\t0\troot\t0:root\t_", 3, "a FORM (or '_') in column 2", "an empty field"),
 ])
 def test_read_conllu_malformed_line(tmp_path, bad_line, column, expected, found):
     lines = CONLLU.splitlines()

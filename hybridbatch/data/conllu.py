@@ -70,9 +70,9 @@ def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
     (`8.1`) are skipped; a blank line ends a sentence (a missing final blank line is fine).
     Checked, each a `DataFormatError` with file, line number and column: 10 tab-separated
     columns; ID an integer counting 1, 2, ... within the sentence (or a valid `a-b` / `a.b`);
-    UPOS one of `UPOS_TAGS` or `_`; HEAD an integer between 0 and the sentence length, not
-    the token's own ID (a word cannot head itself), exactly one root per sentence and no
-    cycle of HEADs; DEPREL not empty (`_` if unspecified).
+    FORM not empty; UPOS one of `UPOS_TAGS` or `_`; HEAD an integer between 0 and the
+    sentence length, not the token's own ID (a word cannot head itself), exactly one root
+    per sentence and no cycle of HEADs; DEPREL not empty (`_` if unspecified).
     """
     name = os.fspath(path)
     sents: list[list[Token]] = []
@@ -138,6 +138,8 @@ def read_conllu(path: str | os.PathLike) -> list[list[Token]]:
                 if int(tid) != n:
                     raise fail(lineno, line, f"ID {n} (IDs count 1, 2, ... in a sentence)",
                                tid, 0, fields)
+                if not fields[1]:
+                    raise fail(lineno, line, "a FORM (or '_') in column 2", described("an empty field"), 1, fields)
                 if fields[3] not in _UPOS_FIELD:
                     raise fail(lineno, line, f"a UPOS tag ({' '.join(UPOS_TAGS)}) or '_' in column 4",
                                fields[3] or described("an empty field"), 3, fields)
