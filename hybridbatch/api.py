@@ -53,7 +53,7 @@ def _exact(v):
 
 
 def _scalar_affine(x, a, c):
-    return apply(E.ScalarAffine, (x,), (_exact(a), _exact(c)))
+    return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(_exact(a), _exact(c)))
 
 
 def add(a, b):

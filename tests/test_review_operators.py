@@ -115,6 +115,24 @@ def test_integer_values_with_integer_scalars_stay_integers_like_numpy(fn):
     _assert_like_numpy(fn, fn, [(np.array([100, -100, 3], np.int8),)])
 
 
+def test_a_float_scalar_is_refused_on_integers_after_the_equal_int_was_recorded():
+    """Signatures are interned by attrs equality, and 2 == 2.0: once int8 x * 2 had been
+    recorded, x * 2.0 found its signature and wrapped in int8 instead of being refused."""
+    for mode in MODES:
+        _values(lambda x: x * 2, [(np.array([100, 3], np.int8),)], mode)
+        _raises_at_the_call(lambda x: x * 2.0, (np.array([100, 3], np.int8),), match="floating-point")
+
+
+@pytest.mark.parametrize("c", [0.0, -0.0], ids=["zero", "negative_zero"])
+def test_adding_a_signed_zero_keeps_numpys_sign(c):
+    """x + 0.0 was skipped as adding nothing, and shared x + -0.0's signature (0.0 == -0.0):
+    -0.0 + 0.0 stayed -0.0 where numpy gives 0.0."""
+    x = np.array([-0.0, 0.0, 1.5], np.float32)
+    for mode in MODES:
+        (got,) = _values(lambda v: v + c, [(x,)], mode)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(x + np.float32(c)), err_msg=mode)
+
+
 @pytest.mark.parametrize("scalar", [np.float16(3), np.float16(0.1)], ids=["3", "0.1"])
 def test_dividing_by_a_float16_scalar_is_as_exact_as_numpys_quotient(scalar):
     """x / b was x * (1.0 / b) with the reciprocal rounded to float16: 2.4e-4 off in float32."""

@@ -142,7 +142,7 @@ def build_run(steps, n, used_later, biases=None):
             continue
         xs = [operand(r, p) for r, p in zip(refs, sig.params)]
         if name == "scalar_affine":
-            a, c = (_literal(v) for v in sig.attrs)
+            a, c = (_literal(v) for v in sig.attrs[:2])
             expr, derivs = f"{xs[0]} * {a} + {c}", [a]
         elif name in UNARY:
             expr, derivs = UNARY[name]

@@ -86,23 +86,32 @@ class Log(_Unary):
 @register
 class ScalarAffine(_Unary):
     """y = a * x + c for Python scalars a, c (x * 2, 1 - x, -x, x + 0.5): ints where the
-    operand was an integer (exact for int64 beyond 2**53), else floats."""
+    operand was an integer (exact for int64 beyond 2**53), else floats.
+
+    attrs = (a, c, spelling): signatures are interned by attrs equality, where 2 == 2.0 and
+    0.0 == -0.0. The spelling (each float as its hex) keeps apart an integer value's x * 2
+    (exact) from x * 2.0 (refused), and x + 0.0 from x + -0.0. Build them with `attrs_of`."""
     name = "scalar_affine"
 
+    @staticmethod
+    def attrs_of(a, c):
+        return a, c, tuple(v.hex() if v.__class__ is float else v for v in (a, c))
+
     def infer(self, attrs, shapes, dtypes):
+        a, c = attrs[:2]
         check_not_bool(self.name, shapes, dtypes)
-        if not all(isinstance(v, int) for v in attrs):    # x * 0.5, x / 2, x + 0.5, and x * 2.0:
-            check_float(self.name, shapes, dtypes)         # numpy's int array + float is float64
+        if not (a.__class__ is int and c.__class__ is int):   # x * 0.5, x / 2, x + 0.5, and x * 2.0:
+            check_float(self.name, shapes, dtypes)             # numpy's int array + float is float64
         elif dtypes[0].kind in "iu":    # as numpy refuses int8 + 200; the kernel would fail at the flush
             info = np.iinfo(dtypes[0])
-            check(all(info.min <= v <= info.max for v in attrs), self.name, shapes,
-                  f"y = {attrs[0]:g} * x + {attrs[1]:g} needs scalars that fit in {dtypes[0]}")
+            check(info.min <= a <= info.max and info.min <= c <= info.max, self.name, shapes,
+                  f"y = {a:g} * x + {c:g} needs scalars that fit in {dtypes[0]}")
         return shapes[0], dtypes[0]
 
     def f(self, xp, x, attrs):
-        a, c = attrs
+        a, c = attrs[:2]
         y = x * x.dtype.type(a) if a != 1 else x.copy()
-        if c:
+        if c or c.__class__ is float:       # x + 0.0 still adds, as numpy does: -0.0 + 0.0 is 0.0
             y += x.dtype.type(c)
         return y
 
