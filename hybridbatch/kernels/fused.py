@@ -305,7 +305,8 @@ def plan_units(steps, program_outputs):
     An affine step whose output only feeds fused runs becomes a bias-free matmul step, and
     the runs add its bias where they read the output (and sum its gradient). A run whose
     values nothing reads is not fused (its kernel would have no outputs): its steps stay."""
-    spans = [span for span in _run_spans(steps) if _run_outputs(steps, span, program_outputs)]
+    runs = [(span, outs) for span in _run_spans(steps) if (outs := _run_outputs(steps, span, program_outputs))]
+    spans = [span for span, _ in runs]
     folds = _bias_folds(steps, spans, program_outputs)
     steps = list(steps)
     biases = {}
@@ -314,11 +315,10 @@ def plan_units(steps, program_outputs):
         steps[k] = (slot, signature.intern(MatMul, (), sig.codes[:2]), refs[:2], aux)
         biases[slot] = pid
     units, i = [], 0
-    for span in spans:
-        start, end, n = span
+    for (start, end, n), outs in runs:
         units += steps[i:start]
         run = steps[start:end]
-        fused = build_run(run, n, _run_outputs(steps, span, program_outputs), biases)
+        fused = build_run(run, n, outs, biases)
         fused.steps = run
         units.append(fused)
         i = end

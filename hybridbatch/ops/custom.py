@@ -29,12 +29,12 @@ class PyFunc(Op):
             raise NotImplementedError(f"py_func {sig.attrs[0].__name__} has no grad_fn")
         per_row = [_gradients(grad_fn, grad_fn(*_row(xs, sig, b), y[b], gy[b]), len(xs)) for b in range(gy.shape[0])]
         grads = []
-        for i, (n, shared, shape) in enumerate(zip(needs, sig.shared, sig.in_shapes)):
+        for i, (n, shared, shape, dtype) in enumerate(zip(needs, sig.shared, sig.in_shapes, sig.in_dtypes)):
             if not n:
                 grads.append(None)
                 continue
             # None: no gradient for that operand (zero), as the user guide allows
-            rows = [xp.zeros(shape, gy.dtype) if r[i] is None else xp.asarray(r[i]) for r in per_row]
+            rows = [xp.zeros(shape, dtype) if r[i] is None else xp.asarray(r[i]) for r in per_row]
             for r in rows:     # a wrong shape would broadcast into the operand's gradient silently
                 if r.shape != shape:
                     raise ValueError(f"py_func {grad_fn.__name__} returned a gradient of shape {r.shape} "
