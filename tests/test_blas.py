@@ -56,7 +56,7 @@ def test_packed_products_match_for_every_batch_size(library, dtype):
     rng = np.random.default_rng(2)
     w = rng.standard_normal((40, 24)).astype(dtype)      # (out, in), used as x @ w.T and g @ w
     with blas.packing():
-        for rows in (1, 3, 64, 17, 200, 2):
+        for rows in (1, 3, 64, 17, 200, 2, 1500):
             x = rng.standard_normal((rows, 24)).astype(dtype)
             g = rng.standard_normal((rows, 40)).astype(dtype)
             np.testing.assert_allclose(blas.shared_product(x, w.T), x.astype(np.float64) @ w.T, **_tol(dtype))
