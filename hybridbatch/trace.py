@@ -67,6 +67,19 @@ def _int_column(code):
     return -code - 2 if code <= -2 else None
 
 
+def _live_steps(steps, outputs):
+    """The steps whose values reach an output. A dead one is dropped, as eager backward never
+    visits it: differentiated with a zero gradient, its local derivative could be inf (log
+    at 0) and put 0 * inf = NaN into the live gradients it shares a fused run or operand with."""
+    live = set(outputs)
+    kept = []
+    for step in reversed(steps):
+        if step[0] in live:
+            kept.append(step)
+            live.update(r for r in step[2] if r is not None)
+    return kept[::-1]
+
+
 class Program:
     """Steps (slot, sig, operand slots per position (None for shared params), aux)."""
 
@@ -77,18 +90,20 @@ class Program:
         self.n_slots = len(graph)
         self.in_types = tuple(graph.type[:n_inputs])
         self.consts = [(slot, value) for slot, value in graph.constants.items()]
-        self.steps = []
+        self.outputs = tuple(outputs)
+        steps = []
         for slot in range(n_inputs, len(graph)):
             sig = signature.SIGS[graph.sig[slot]]
             if not sig.op.executed:
                 continue
             operands = iter(graph.args[(graph.arg_end[slot - 1] if slot else 0):graph.arg_end[slot]])
             refs = tuple(next(operands) if pid is None else None for pid in sig.params)
-            self.steps.append((slot, sig, refs, graph.aux[slot]))
-        self.int_checks = tuple((_int_column(aux), sig.op.aux_limit(sig), sig) for _, sig, _, aux in self.steps
+            steps.append((slot, sig, refs, graph.aux[slot]))
+        # every integer is checked, even one only a dead step reads: eager forward reads it
+        self.int_checks = tuple((_int_column(aux), sig.op.aux_limit(sig), sig) for _, sig, _, aux in steps
                                 if sig.op.uses_aux and _int_column(aux) is not None)
+        self.steps = _live_steps(steps, self.outputs)
         self.origins = dict(enumerate(graph.origin or ()))     # slot -> its line in forward
-        self.outputs = tuple(outputs)
         self.container = container      # None: forward returned one value; else tuple or list, as it did
         self.out_types = tuple(graph.type[o] for o in outputs)
         self.make_futures = maker(len(self.outputs), container)    # (scope, nid) -> a block call's Futures
@@ -260,6 +275,8 @@ class Program:
     # -- op granularity and eager: replay the steps as separate nodes ------------------
     def replay(self, apply, constant, inputs, ints=()):
         """Run each step through `apply(op, operands, attrs, aux)`; returns output handles."""
+        if ints:
+            self.check_ints(ints)
         vals = [None] * self.n_slots
         vals[:self.n_inputs] = inputs
         for slot, value in self.consts:

@@ -316,9 +316,9 @@ class _DeadGateMath(hb.HybridBlock):
         return hb.sigmoid(self.W @ x) * x
 
 
-def test_an_elementwise_run_nothing_reads_is_not_fused():
-    """Its kernel had no outputs: the generated source had an empty argument
-    (`def backward(B, in0, , gin0)`), a SyntaxError at block granularity."""
+def test_a_program_drops_the_steps_no_output_reads():
+    """A dead elementwise run once made a kernel with no outputs (a SyntaxError in the
+    generated source); now a program keeps no dead steps at all."""
     block = _DeadGateMath()
     block.hybridize()
     xs = [np.full(3, 0.3 * (i + 1), np.float32) for i in range(4)]
@@ -336,4 +336,55 @@ def test_an_elementwise_run_nothing_reads_is_not_fused():
         np.testing.assert_allclose(got[mode][0], got["eager"][0], rtol=1e-6, err_msg=mode)
         np.testing.assert_allclose(got[mode][1], got["eager"][1], rtol=1e-5, err_msg=mode)
     program = next(iter(block._programs.values()))
+    assert [step[1].op.name for step in program.steps] == ["matmul", "sigmoid", "mul"]
     assert all(unit.outputs for unit in program.units(np) if isinstance(unit, FusedRun))
+
+
+class _DeadLogBranch(hb.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(1))
+        self.U = hb.Parameter("U", (3, 3), rng=np.random.default_rng(2))
+
+    def forward(self, x):
+        z = self.W @ x
+        live = hb.tanh(z) * hb.sigmoid(z)
+        dead = self.U @ hb.log(hb.relu(z))      # log(0) = -inf where z <= 0; never returned
+        return hb.sum(live)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_dead_branch_leaves_the_live_gradients_finite(fused):
+    """Its zero gradient times log's inf derivative at 0 was NaN in W's gradient when the
+    dead value shared a fused run with the live one."""
+    block = _DeadLogBranch()
+    xs = [np.array([1.0, -2.0, 0.5], np.float32), np.array([-1.0, 0.3, 2.0], np.float32)]
+    grads = {}
+    with fusion(fused), np.errstate(divide="ignore", invalid="ignore"):
+        block.hybridize()
+        for mode in ("eager", "op", "block"):
+            block.W.zero_grad()
+            recorded(mode, lambda: hb.add_n([block(x) for x in xs])).backward()
+            grads[mode] = block.W.grad.copy()
+    assert np.isfinite(grads["eager"]).all()
+    for mode in ("op", "block"):
+        np.testing.assert_allclose(grads[mode], grads["eager"], rtol=1e-5, err_msg=mode)
+
+
+class _DeadLookup(hb.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.E = hb.Parameter("E", (4, 3))
+
+    def forward(self, x, i):
+        dead = hb.lookup(self.E, i)     # never returned, but its index is still checked
+        return hb.tanh(x)
+
+
+@pytest.mark.parametrize("mode", ["eager", "op", "block"])
+def test_an_index_only_a_dead_step_reads_is_still_checked(mode):
+    block = _DeadLookup()
+    block.hybridize()
+    x = np.zeros(3, np.float32)
+    with pytest.raises(IndexError):
+        recorded(mode, lambda: block(x, 7))

@@ -303,9 +303,9 @@ def plan_units(steps, program_outputs):
     """Split program steps into single steps and FusedRuns (runs with >= 2 fused ops).
 
     An affine step whose output only feeds fused runs becomes a bias-free matmul step, and
-    the runs add its bias where they read the output (and sum its gradient). A run whose
-    values nothing reads is not fused (its kernel would have no outputs): its steps stay."""
-    runs = [(span, outs) for span in _run_spans(steps) if (outs := _run_outputs(steps, span, program_outputs))]
+    the runs add its bias where they read the output (and sum its gradient). Every run has
+    a value read after it: a program holds no dead steps (trace._live_steps)."""
+    runs = [(span, _run_outputs(steps, span, program_outputs)) for span in _run_spans(steps)]
     spans = [span for span, _ in runs]
     folds = _bias_folds(steps, spans, program_outputs)
     steps = list(steps)
