@@ -20,12 +20,17 @@ from . import signature
 
 
 @njit(cache=True)
-def _mark_ancestors(mark, start, arg_ptr, args):
-    """Propagate `mark` (global, by node id) from nodes of this flush to their operands."""
+def _mark_ancestors(mark, read, start, arg_ptr, args, extra_output):
+    """Propagate `mark` (global, by node id) from nodes of this flush to their operands.
+    `read`: marked through a consumer other than one of its extra-output nodes, so that
+    output 0 of a multi-output node is read (outputs j >= 1 are nodes of their own)."""
     for v in range(arg_ptr.shape[0] - 2, -1, -1):
         if mark[start + v]:
+            extra = extra_output[v]
             for e in range(arg_ptr[v], arg_ptr[v + 1]):
                 mark[args[e]] = True
+                if not extra:
+                    read[args[e]] = True
 
 
 _pending = threading.local()
@@ -173,6 +178,8 @@ def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, orig
 def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics):
     mark = np.zeros(n_nodes, np.bool_)
     mark[seed_node] = True
+    read = np.zeros(n_nodes, np.bool_)
+    read[seed_node] = True
     grads = [None] * len(arenas)
 
     def grad_arena(a):
@@ -185,10 +192,11 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
     for plan in reversed(plans):
         if plan.start > seed_node:
             continue
-        _mark_ancestors(mark, plan.start, plan.arg_ptr, plan.args)
+        _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output)
         for b in range(plan.n_batches - 1, -1, -1):
             outs = plan.outs[b]
-            live = mark[plan.start + plan.batch_nodes(b)]
+            nodes = plan.start + plan.batch_nodes(b)
+            live = mark[nodes]
             n_live = np.count_nonzero(live)     # one C call: ndarray.any/.all go through Python
             if n_live == 0 or all(grads[a] is None for a, _ in outs):
                 continue
@@ -210,40 +218,70 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             gys = [grad_arena(a)[s:s + size] for a, s in outs]
             aux = batch_aux(plan, b, op)
             saved = plan.saved.get(b) if op.saves else None
-            rows = None
-            if n_live < size:
+            groups = _output_groups(op, nodes, live, mark, read)
+            if groups is None:
                 # rows the seed does not reach: eager never visits them, and their zero output
                 # gradient times an inf local derivative would put NaN into shared gradients
-                rows = np.flatnonzero(live)
-                xs, ys, gys, aux, saved = _live_rows(op, sig, live, xs, ys, gys, aux, saved)
-            extra = {"saved": saved} if op.saves else {}
-            if numerics is not None:
-                numerics.batch = (plan, b, sig, rows)
-            if op.n_out > 1:
-                gxs = op.backward(xp, sig, xs, aux, ys, gys, needs, **extra)
-            else:
-                gxs = op.backward(xp, sig, xs, aux, ys[0], gys[0], needs, **extra)
-            next_spec = g0
-            for j, (pid, need, gx) in enumerate(zip(sig.params, needs, gxs)):
-                if pid is None:
-                    k, next_spec = next_spec, next_spec + 1     # this operand's gather spec
-                if not need or gx is None:      # None: a block's input its outputs do not read
-                    continue
-                if pid is not None:
-                    accumulate_param(pid, gx)
-                    continue
+                groups = [(live if n_live < size else None, None)]
+            for mask, given in groups:
+                rows, g_xs, g_ys, g_gys, g_aux, g_saved = None, xs, ys, gys, aux, saved
+                if mask is not None:
+                    rows = np.flatnonzero(mask)
+                    g_xs, g_ys, g_gys, g_aux, g_saved = _live_rows(op, sig, mask, xs, ys, gys, aux, saved)
+                if given is not None:
+                    g_gys = [g if read_j else None for g, read_j in zip(g_gys, given)]
+                extra = {"saved": g_saved} if op.saves else {}
                 if numerics is not None:
-                    numerics.check(gx, f"operand {j}")     # counting shared parameters too
-                if rows is not None:
-                    full = xp.zeros((size,) + gx.shape[1:], gx.dtype)
-                    full[rows] = gx
-                    gx = full
-                grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
-                if plan.g_kind[k] == 2:
-                    p = plan.g_off[k]
-                    for owner in np.unique(plan.row_arena[p:p + size]):
-                        grad_arena(owner)
-                scatter_add(plan, grads, k, size, gx)
+                    numerics.batch = (plan, b, sig, rows)
+                if op.n_out > 1:
+                    gxs = op.backward(xp, sig, g_xs, g_aux, g_ys, g_gys, needs, **extra)
+                else:
+                    gxs = op.backward(xp, sig, g_xs, g_aux, g_ys[0], g_gys[0], needs, **extra)
+                next_spec = g0
+                for j, (pid, need, gx) in enumerate(zip(sig.params, needs, gxs)):
+                    if pid is None:
+                        k, next_spec = next_spec, next_spec + 1     # this operand's gather spec
+                    if not need or gx is None:      # None: a block's input its read outputs do not use
+                        continue
+                    if pid is not None:
+                        accumulate_param(pid, gx)
+                        continue
+                    if numerics is not None:
+                        numerics.check(gx, f"operand {j}")     # counting shared parameters too
+                    if rows is not None:
+                        full = xp.zeros((size,) + gx.shape[1:], gx.dtype)
+                        full[rows] = gx
+                        gx = full
+                    grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
+                    if plan.g_kind[k] == 2:
+                        p = plan.g_off[k]
+                        for owner in np.unique(plan.row_arena[p:p + size]):
+                            grad_arena(owner)
+                    scatter_add(plan, grads, k, size, gx)
+
+
+def _output_groups(op, nodes, live, mark, read):
+    """[(row mask, per output whether those rows read it)]: the groups a multi-output batch
+    is differentiated in, or None for one group of the live rows with every output.
+
+    A row that does not read an output gets a zero gradient for it. That is exact for a
+    zero_exact op (with finite forward values), but another one (a block with a log or a
+    division) could turn 0 * inf into NaN where eager never differentiates that output. Its
+    rows are then grouped by the outputs they read, and each group's unread outputs get no
+    gradient at all (None)."""
+    if op.n_out == 1 or op.zero_exact:
+        return None
+    reached = np.column_stack([read[nodes]] + [mark[nodes + j] for j in range(1, op.n_out)])[live]
+    if reached.all():
+        return None
+    live_rows = np.flatnonzero(live)
+    patterns, which = np.unique(reached, axis=0, return_inverse=True)
+    groups = []
+    for i, pattern in enumerate(patterns):
+        mask = np.zeros(len(live), np.bool_)
+        mask[live_rows[which.ravel() == i]] = True
+        groups.append((mask, pattern.tolist()))
+    return groups
 
 
 def _live_rows(op, sig, live, xs, ys, gys, aux, saved):

@@ -140,6 +140,7 @@ class Plan:
         n_out = np.array([op.n_out for op in ops], np.int64)
         # an extra output (node v + j of a multi-output node v) stands for v when scheduling
         out_index = np.array([s.attrs[0] if s.op is Output else 0 for s in sigs], np.int64)
+        self.extra_output = out_index[sig_local] > 0    # per node: output j >= 1 of the node before
         args_local = np.maximum(args - start, -1)
         if out_index.any():
             inside = args_local >= 0

@@ -216,10 +216,12 @@ class Program:
         if not given:
             return
         size = given[0].shape[0]
-        gys = [xp.zeros((size, run.n), run.dtype) if g is None else xp.ascontiguousarray(g) for g in gys]
+        read = tuple(g is not None for g in gys)
+        kernel = run.backward_kernel if all(read) else run.backward_kernel_reading(read)
+        gys = [xp.ascontiguousarray(given[0] if g is None else g) for g in gys]   # None's is never read
         ins = self._fused_inputs(run, vals)
         gins = [(xp.empty if once else xp.zeros)(x.shape, x.dtype) for x, once in zip(ins, run.write_once)]
-        run.backward_kernel(size, *ins, *gys, *gins)
+        kernel(size, *ins, *gys, *gins)
         for (kind, key), g in zip(run.inputs, gins):
             if kind == "param":
                 accumulate_param(key, g)
@@ -229,7 +231,8 @@ class Program:
     def backward(self, xp, vals, gys, needs, ints=None):
         grads = _Grads(self.n_slots)
         for o, g in zip(self.outputs, gys):
-            grads.add(o, g)
+            if g is not None:       # None: an output these rows do not read
+                grads.add(o, g)
         const = {slot for slot, _ in self.consts}
         distinct = vals.distinct
         if distinct is None:     # the forward's plan, even if fusion was toggled since
@@ -349,6 +352,7 @@ class Composite(Op):
         self.program = program
         self.name = f"block:{program.name}"
         self.n_out = len(program.outputs)
+        self.zero_exact = all(sig.op.zero_exact for _, sig, _, _ in program.steps)
         self.uses_aux = program.n_ints > 0
         self.aux_width = max(program.n_ints, 1)
 

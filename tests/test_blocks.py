@@ -469,6 +469,61 @@ def test_a_block_input_its_output_does_not_read_gets_no_gradient(calls):
         np.testing.assert_allclose(grads[mode], grads["eager"], rtol=1e-5, err_msg=mode)
 
 
+class _LogOfRelu(hb.HybridBlock):
+    """A second output with an infinite local derivative where relu gives 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(1))
+        self.U = hb.Parameter("U", (3, 3), rng=np.random.default_rng(2))
+
+    def forward(self, x):
+        return hb.tanh(self.W @ x), hb.log(hb.relu(self.U @ x))
+
+
+class _OneRunTwoOutputs(_LogOfRelu):
+    """Both outputs made by one fused elementwise run (tanh sigmoid mul relu log)."""
+
+    def forward(self, x):
+        z = self.U @ x
+        return hb.tanh(z) * hb.sigmoid(z) + self.W @ x, hb.log(hb.relu(z))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("read_second", [(), (1,), (1, 2)])
+@pytest.mark.parametrize("block_cls", [_LogOfRelu, _OneRunTwoOutputs])
+def test_an_output_a_call_does_not_read_puts_no_nan_into_gradients(block_cls, fused, read_second):
+    """Differentiated with a zero gradient, its log's inf derivative at 0 made 0 * inf = NaN
+    in U's gradient (found by a review helper). read_second: the calls whose second output
+    the loss reads too; call 0's holds -inf and is never read."""
+    block = block_cls()
+    xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.0, 0.0], [-1.0, -1.0, -1.0])]
+    positive = [bool((block.U.data @ x > 0).all()) for x in xs]
+    assert positive == [False, True, True]
+
+    def loss():
+        outs = [block(x) for x in xs]
+        return hb.add_n([hb.sum(a) for a, _ in outs] + [hb.sum(outs[i][1]) for i in read_second])
+
+    before = hb.trace.FUSION["enabled"]
+    hb.set_fusion(fused)
+    try:
+        block.hybridize()
+        grads = {}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for mode in ("eager", "op", "block"):
+                block.W.zero_grad()
+                block.U.zero_grad()
+                recorded(mode, loss).backward()
+                grads[mode] = (block.W.grad.copy(), block.U.grad.copy())
+    finally:
+        hb.set_fusion(before)
+    assert all(np.isfinite(g).all() for g in grads["eager"])
+    for mode in ("op", "block"):
+        for got, want in zip(grads[mode], grads["eager"]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
+
+
 def test_a_container_of_unregistered_blocks_or_parameters_warns():
     """Blocks and Parameters in a list or dict attribute were silently left out of
     collect_params(), so a Trainer never updated them and save_parameters() never saved them."""

@@ -81,25 +81,36 @@ class FusedRun:
     value or ("param", pid) a shared vector; outputs: program slots the run must
     materialize, each (B, n); write_once: per argument, whether the backward assigns every
     element of its gradient (so the gradient array need not be zeroed first) instead of
-    adding into it.
+    adding into it. spec: build_run's arguments, for the backward kernels of fewer outputs.
     """
 
-    def __init__(self, n, dtype, inputs, outputs, write_once, source):
+    def __init__(self, n, dtype, inputs, outputs, write_once, source, spec):
         self.n = n
         self.dtype = dtype
         self.inputs = inputs
         self.outputs = outputs
         self.write_once = write_once
         self.forward_kernel, self.backward_kernel = _load(source)
+        self._spec = spec
+        self._reading = {}
+
+    def backward_kernel_reading(self, read):
+        """The backward kernel for gradients of only the outputs flagged in `read` (the same
+        arguments; the others' gradients are never read). Their terms are left out, not
+        multiplied by a zero gradient: 0 times log's derivative at 0 is NaN."""
+        kernel = self._reading.get(read)
+        if kernel is None:
+            kernel = self._reading[read] = build_run(*self._spec, reading=read).backward_kernel
+        return kernel
 
 
-def build_run(steps, n, used_later, biases=None):
+def build_run(steps, n, used_later, biases=None, reading=None):
     """A FusedRun for program steps (slot, sig, refs, aux) all of output length n.
 
     used_later: slots read after the run or returned by the program (must be written out).
     biases: {slot: pid} of input slots that are a product still missing the bias
     Parameter pid: the run reads slot[b, o + j] + bias[o + j] and adds the leaf's gradient
-    into both.
+    into both. reading: per output, whether backward gets its gradient (default: all).
     """
     biases = biases or {}
     bias_of = {}          # leaf variable name -> kernel argument index of its bias
@@ -172,10 +183,14 @@ def build_run(steps, n, used_later, biases=None):
     fwd += [f"            out{i}[b, j] = {value_of[s]}" for i, s in enumerate(outputs)]
 
     adj = [f"a_{v} = F(0.0)" for v in [t for t, _ in grads] + list(leaves.values())]
-    seed = [f"a_{value_of[s]} += gout{i}[b, j]" for i, s in enumerate(outputs)]
-    back = []
+    reading = reading or (True,) * len(outputs)
+    seeded = [value_of[s] for s, r in zip(outputs, reading) if r]
+    seed = [f"a_{value_of[s]} += gout{i}[b, j]" for i, (s, r) in enumerate(zip(outputs, reading)) if r]
+    back, reached = [], set(seeded)
     for t, parts in reversed(grads):
-        back += [f"a_{x} += a_{t} * {d}" for x, d in parts]
+        if t in reached:            # a value no read output depends on gets no terms
+            reached.update(x for x, _ in parts)
+            back += [f"a_{x} += a_{t} * {d}" for x, d in parts]
     once = _write_once(inputs, leaves, widths, n)
     writes = []
     for (k, offset), name in leaves.items():
@@ -189,7 +204,7 @@ def build_run(steps, n, used_later, biases=None):
     dtype = steps[-1][1].out_dtype
     header = _HEADER.format(dtype=dtype.name)
     source = "\n".join([header, _TANH, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
-    return FusedRun(n, dtype, inputs, outputs, once, source)
+    return FusedRun(n, dtype, inputs, outputs, once, source, (steps, n, used_later, biases))
 
 
 def _write_once(inputs, leaves, widths, n):

@@ -26,6 +26,7 @@ class AffinePickNegLogSoftmax(Op):
     Its labels are checked where they are recorded, against the unfolded loss step
     (`Program.check_ints` reads the program's own steps), so it needs no check of its own."""
     name = "affine_pick_neg_log_softmax"
+    zero_exact = True
     uses_aux = True
 
     def infer(self, attrs, shapes, dtypes):

@@ -26,6 +26,7 @@ class _Unary(Op):
 @register
 class Tanh(_Unary):
     name = "tanh"
+    zero_exact = True
 
     def f(self, xp, x, attrs):
         return xp.tanh(x)
@@ -37,6 +38,7 @@ class Tanh(_Unary):
 @register
 class Sigmoid(_Unary):
     name = "sigmoid"
+    zero_exact = True
 
     def f(self, xp, x, attrs):
         # 0.5 * (1 + tanh(x / 2)) never overflows, unlike 1 / (1 + exp(-x)).
@@ -52,6 +54,7 @@ class Sigmoid(_Unary):
 @register
 class Relu(_Unary):
     name = "relu"
+    zero_exact = True
     float_only = False
 
     def f(self, xp, x, attrs):
@@ -64,6 +67,7 @@ class Relu(_Unary):
 @register
 class Exp(_Unary):
     name = "exp"
+    zero_exact = True
 
     def f(self, xp, x, attrs):
         return xp.exp(x)
@@ -92,6 +96,7 @@ class ScalarAffine(_Unary):
     0.0 == -0.0. The spelling (each float as its hex) keeps apart an integer value's x * 2
     (exact) from x * 2.0 (refused), and x + 0.0 from x + -0.0. Build them with `attrs_of`."""
     name = "scalar_affine"
+    zero_exact = True
 
     @staticmethod
     def attrs_of(a, c):
@@ -142,6 +147,7 @@ class _Binary(Op):
 @register
 class Add(_Binary):
     name = "add"
+    zero_exact = True
     f = staticmethod(lambda a, b: a + b)
 
     def df(self, a, b, gy, needs):
@@ -151,6 +157,7 @@ class Add(_Binary):
 @register
 class Sub(_Binary):
     name = "sub"
+    zero_exact = True
     f = staticmethod(lambda a, b: a - b)
 
     def infer(self, attrs, shapes, dtypes):
@@ -164,6 +171,7 @@ class Sub(_Binary):
 @register
 class Mul(_Binary):
     name = "mul"
+    zero_exact = True
     f = staticmethod(lambda a, b: a * b)
 
     def df(self, a, b, gy, needs):
@@ -188,6 +196,7 @@ class Div(_Binary):
 class AddN(Op):
     """Sum of a list of same-shaped values (one kernel, not a chain of adds)."""
     name = "add_n"
+    zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
         check(all(s == shapes[0] for s in shapes), self.name, shapes, "add_n needs equal shapes")

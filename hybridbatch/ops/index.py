@@ -17,6 +17,7 @@ def _row_range(xp, aux):
 class Lookup(Op):
     """Row `aux` of a parameter matrix (an embedding)."""
     name = "lookup"
+    zero_exact = True
     uses_aux = True
     needs_batched = False
 
@@ -56,6 +57,7 @@ def _vector(name, shapes, dtypes):
 class Pick(Op):
     """Element `aux` of a vector."""
     name = "pick"
+    zero_exact = True
     uses_aux = True
 
     def infer(self, attrs, shapes, dtypes):
@@ -84,6 +86,7 @@ def _log_softmax(xp, x):
 @register
 class LogSoftmax(Op):
     name = "log_softmax"
+    zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
         check(len(shapes[0]) >= 1 and shapes[0][-1] > 0, self.name, shapes,
@@ -102,6 +105,7 @@ class LogSoftmax(Op):
 class PickNegLogSoftmax(Op):
     """-log softmax(x)[aux]: the per-instance classification loss, stable for large logits."""
     name = "pick_neg_log_softmax"
+    zero_exact = True
     uses_aux = True
 
     def infer(self, attrs, shapes, dtypes):

@@ -83,6 +83,7 @@ def _matmul_grad_b(xp, a3, g3, sa, shape_b, B, needs, sb=False):
 @register
 class MatMul(Op):
     name = "matmul"
+    zero_exact = True
     cost = 1
 
     def infer(self, attrs, shapes, dtypes):
@@ -100,6 +101,7 @@ class MatMul(Op):
 class Affine(Op):
     """W @ x + b in one kernel: saves a batch and a pass over the output per layer."""
     name = "affine"
+    zero_exact = True
     cost = 1
 
     def infer(self, attrs, shapes, dtypes):

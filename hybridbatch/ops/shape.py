@@ -9,6 +9,7 @@ from .. import signature
 class Input(Op):
     """A constant recorded with its value; never executed, never differentiated."""
     name = "input"
+    zero_exact = True
     executed = False
 
     def infer(self, attrs, shapes, dtypes):
@@ -23,6 +24,7 @@ class Output(Op):
     producer, so a consumer waits for the producer's batch.
     """
     name = "output"
+    zero_exact = True
     executed = False
     n_out = 0
 
@@ -38,6 +40,7 @@ class ParamRead(Op):
     other kernel can rely on at least one batched operand. Its aux only sizes the batch.
     """
     name = "param"
+    zero_exact = True
     uses_aux = True
     needs_batched = False
 
@@ -54,6 +57,7 @@ class ParamRead(Op):
 @register
 class Concat(Op):
     name = "concat"
+    zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
         axis = attrs[0]
@@ -116,6 +120,7 @@ def _index(attrs):
 @register
 class Slice(Op):
     name = "slice"
+    zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
         return np.empty(shapes[0], np.bool_)[_index(attrs)[1:]].shape, dtypes[0]
@@ -136,6 +141,7 @@ class Slice(Op):
 @register
 class Reshape(Op):
     name = "reshape"
+    zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
         check(all(d >= 0 for d in attrs), self.name, (shapes[0], attrs),
@@ -158,6 +164,7 @@ class Sum(Op):
     The dtype is numpy's for a sum (bools and small integers sum as the platform integer):
     keeping the operand's dtype would wrap a batched int8 sum that eager returns whole."""
     name = "sum"
+    zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
         dtype = np.zeros(0, dtypes[0]).sum().dtype
