@@ -182,6 +182,25 @@ class SGD(Optimizer):
             super().apply(param, state, scale, rows)
 
 
+def _state_dtype(param):
+    """float32 for a float16 parameter's moments: see _in_float32."""
+    return np.float32 if param.dtype == np.float16 else param.dtype
+
+
+def _in_float32(update):
+    """The rule run in float32 on a float16 weight, written back rounded. In float16,
+    epsilon (1e-8, 1e-7) vanishes next to the denominator and (1 - beta2) * g**2 underflows
+    to 0, so an element with a zero or tiny gradient got 0 / 0 = NaN or x / 0 = inf."""
+    def run(self, weight, grad, state, scale=1.0):
+        if weight.dtype != np.float16:
+            return update(self, weight, grad, state, scale)
+        wide = weight.astype(np.float32)
+        update(self, wide, grad.astype(np.float32), state, scale)
+        weight[...] = wide
+    run.__doc__ = update.__doc__
+    return run
+
+
 class Adam(Optimizer):
     """Adam (Kingma & Ba, Algorithm 1), with bias-corrected moments; t counts this
     parameter's updates:
@@ -202,8 +221,10 @@ class Adam(Optimizer):
 
     def create_state(self, param):
         xp = backend.xp()
-        return {"t": 0, "m": xp.zeros(param.shape, param.dtype), "v": xp.zeros(param.shape, param.dtype)}
+        dtype = _state_dtype(param)
+        return {"t": 0, "m": xp.zeros(param.shape, dtype), "v": xp.zeros(param.shape, dtype)}
 
+    @_in_float32
     def update(self, weight, grad, state, scale=1.0):
         xp = backend.xp()
         g = self._gradient(weight, grad, scale)
@@ -231,8 +252,9 @@ class Adagrad(Optimizer):
     epsilon = _Option(low=0.0, low_open=True)
 
     def create_state(self, param):
-        return backend.xp().zeros(param.shape, param.dtype)
+        return backend.xp().zeros(param.shape, _state_dtype(param))
 
+    @_in_float32
     def update(self, weight, grad, state, scale=1.0):
         xp = backend.xp()
         g = self._gradient(weight, grad, scale)

@@ -99,6 +99,21 @@ def test_adagrad_matches_reference():
         np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
+def test_a_float16_parameter_updates_like_float32_rounded(optimizer):
+    """In float16, epsilon vanished next to the denominator and (1 - beta2) g**2 underflowed
+    to 0: a zero or tiny gradient gave NaN or -inf (found by a review helper)."""
+    g = np.array([0.5, 0.0, 1e-3, -0.5])
+    ps = {dt: hb.Parameter(f"p{np.dtype(dt).name}", (4,), init=1.0, dtype=dt) for dt in (np.float16, np.float32)}
+    trainer = hb.Trainer(list(ps.values()), optimizer, {"learning_rate": 0.01})
+    for _ in range(3):
+        for dt, p in ps.items():
+            p.grad = g.astype(dt)
+        trainer.step(1)
+        assert ps[np.float16].data.dtype == np.float16
+        np.testing.assert_allclose(ps[np.float16].data, ps[np.float32].data, rtol=2e-3)
+
+
 def test_adam_defaults_are_the_usual_ones():
     t = hb.Trainer([param("w", [1.0])], "adam")
     o = t.optimizer
