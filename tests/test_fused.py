@@ -13,6 +13,7 @@ import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.kernels.fused import FusedRun
 from hybridbatch.trace import FUSION
+from test_blocks import _LogOfRelu
 from test_review_ops import recorded
 
 
@@ -340,12 +341,7 @@ def test_a_program_drops_the_steps_no_output_reads():
     assert all(unit.outputs for unit in program.units(np) if isinstance(unit, FusedRun))
 
 
-class _DeadLogBranch(hb.HybridBlock):
-    def __init__(self):
-        super().__init__()
-        self.W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(1))
-        self.U = hb.Parameter("U", (3, 3), rng=np.random.default_rng(2))
-
+class _DeadLogBranch(_LogOfRelu):
     def forward(self, x):
         z = self.W @ x
         live = hb.tanh(z) * hb.sigmoid(z)
