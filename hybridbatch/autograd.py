@@ -271,17 +271,14 @@ def _output_groups(op, nodes, live, mark, read):
     gradient at all (None)."""
     if op.n_out == 1 or op.zero_exact:
         return None
-    reached = np.column_stack([read[nodes]] + [mark[nodes + j] for j in range(1, op.n_out)])[live]
-    if reached.all():
+    pattern = read[nodes].astype(np.int64)      # bit j: the row reads output j
+    for j in range(1, op.n_out):
+        pattern |= mark[nodes + j].astype(np.int64) << j
+    every = (1 << op.n_out) - 1
+    if (pattern[live] == every).all():
         return None
-    live_rows = np.flatnonzero(live)
-    patterns, which = np.unique(reached, axis=0, return_inverse=True)
-    groups = []
-    for i, pattern in enumerate(patterns):
-        mask = np.zeros(len(live), np.bool_)
-        mask[live_rows[which.ravel() == i]] = True
-        groups.append((mask, pattern.tolist()))
-    return groups
+    return [(pattern == p, [bool(p >> j & 1) for j in range(op.n_out)])
+            for p in np.unique(pattern[live]).tolist()]
 
 
 def _live_rows(op, sig, live, xs, ys, gys, aux, saved):
