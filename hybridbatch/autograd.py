@@ -20,17 +20,31 @@ from . import signature
 
 
 @njit(cache=True)
-def _mark_ancestors(mark, read, start, arg_ptr, args, extra_output):
+def _mark_ancestors(mark, read, start, arg_ptr, args, extra_output, sig, n_out, use_off, use):
     """Propagate `mark` (global, by node id) from nodes of this flush to their operands.
     `read`: marked through a consumer other than one of its extra-output nodes, so that
-    output 0 of a multi-output node is read (outputs j >= 1 are nodes of their own)."""
+    output 0 of a multi-output node is read (outputs j >= 1 are nodes of their own). A block
+    call marks only the inputs its reached outputs depend on (Program.input_use)."""
     for v in range(arg_ptr.shape[0] - 2, -1, -1):
         if mark[start + v]:
-            extra = extra_output[v]
-            for e in range(arg_ptr[v], arg_ptr[v + 1]):
-                mark[args[e]] = True
-                if not extra:
-                    read[args[e]] = True
+            off = use_off[sig[v]]
+            k = arg_ptr[v + 1] - arg_ptr[v]
+            for i in range(k):
+                if off >= 0 and not _input_used(read, mark, start + v, n_out[sig[v]], use, off, k, i):
+                    continue
+                a = args[arg_ptr[v] + i]
+                mark[a] = True
+                if not extra_output[v]:
+                    read[a] = True
+
+
+@njit(cache=True)
+def _input_used(read, mark, node, n_out, use, off, k, i):
+    """Whether an output of block call `node` that the seed reaches depends on its input i."""
+    for o in range(n_out):
+        if (read[node] if o == 0 else mark[node + o]) and use[off + o * k + i]:
+            return True
+    return False
 
 
 _pending = threading.local()
@@ -192,7 +206,8 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
     for plan in reversed(plans):
         if plan.start > seed_node:
             continue
-        _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output)
+        _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.sig_local,
+                        plan.sig_n_out, plan.use_off, plan.use)
         for b in range(plan.n_batches - 1, -1, -1):
             outs = plan.outs[b]
             nodes = plan.start + plan.batch_nodes(b)

@@ -121,6 +121,20 @@ def _write_constants(constants, start, arenas, base, type_local, rows):
         arena[rows[nodes[pick]]] = _stack(xp, vals, arena.shape[1:])
 
 
+def _input_use_tables(ops):
+    """(offset per compact signature, flat bools): where a block's outputs do not all depend on
+    all its inputs, its Program.input_use row-major at that offset; -1 elsewhere."""
+    off = np.full(len(ops), -1, np.int64)
+    parts, at = [], 0
+    for s, op in enumerate(ops):
+        use = getattr(getattr(op, "program", None), "input_use", None)
+        if use is not None:
+            off[s] = at
+            parts.append(use.ravel())
+            at += use.size
+    return off, (np.concatenate(parts) if parts else np.zeros(0, np.bool_))
+
+
 class Plan:
     """One flush: nodes [start, stop), their batches, arenas and gather specs.
 
@@ -141,6 +155,8 @@ class Plan:
         # an extra output (node v + j of a multi-output node v) stands for v when scheduling
         out_index = np.array([s.attrs[0] if s.op is Output else 0 for s in sigs], np.int64)
         self.extra_output = out_index[sig_local] > 0    # per node: output j >= 1 of the node before
+        self.sig_local, self.sig_n_out = sig_local, n_out
+        self.use_off, self.use = _input_use_tables(ops)
         args_local = np.maximum(args - start, -1)
         if out_index.any():
             inside = args_local >= 0

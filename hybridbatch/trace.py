@@ -67,6 +67,24 @@ def _int_column(code):
     return -code - 2 if code <= -2 else None
 
 
+def _input_use(steps, outputs, n_inputs):
+    """(n_outputs, n_inputs) bools: which block inputs each output depends on; None when every
+    output depends on every input. Backward marks a call's input as reached only through the
+    outputs it reaches, as eager mode visits only the ops on a path to the seed."""
+    reads = {slot: [r for r in refs if r is not None] for slot, _, refs, _ in steps}
+    use = np.zeros((len(outputs), n_inputs), np.bool_)
+    for o, out in enumerate(outputs):
+        todo, seen = [out], set()
+        while todo:
+            slot = todo.pop()
+            if slot not in seen:
+                seen.add(slot)
+                if slot < n_inputs:
+                    use[o, slot] = True
+                todo += reads.get(slot, ())
+    return None if use.all() else use
+
+
 def _live_steps(steps, outputs):
     """The steps whose values reach an output. A dead one is dropped, as eager backward never
     visits it: differentiated with a zero gradient, its local derivative could be inf (log
@@ -103,6 +121,7 @@ class Program:
         self.int_checks = tuple((_int_column(aux), sig.op.aux_limit(sig), sig) for _, sig, _, aux in steps
                                 if sig.op.uses_aux and _int_column(aux) is not None)
         self.steps = _live_steps(steps, self.outputs)
+        self.input_use = _input_use(self.steps, self.outputs, n_inputs)
         self.origins = dict(enumerate(graph.origin or ()))     # slot -> its line in forward
         self.container = container      # None: forward returned one value; else tuple or list, as it did
         self.out_types = tuple(graph.type[o] for o in outputs)
@@ -217,12 +236,14 @@ class Program:
             return
         size = given[0].shape[0]
         read = tuple(g is not None for g in gys)
-        kernel = run.backward_kernel if all(read) else run.backward_kernel_reading(read)
+        kernel, reached = (run.backward_kernel, run.reached) if all(read) else run.backward_reading(read)
         gys = [xp.ascontiguousarray(given[0] if g is None else g) for g in gys]   # None's is never read
         ins = self._fused_inputs(run, vals)
         gins = [(xp.empty if once else xp.zeros)(x.shape, x.dtype) for x, once in zip(ins, run.write_once)]
         kernel(size, *ins, *gys, *gins)
-        for (kind, key), g in zip(run.inputs, gins):
+        for (kind, key), g, used in zip(run.inputs, gins, reached):
+            if not used:
+                continue
             if kind == "param":
                 accumulate_param(key, g)
             elif key not in const:

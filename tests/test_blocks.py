@@ -524,6 +524,87 @@ def test_an_output_a_call_does_not_read_puts_no_nan_into_gradients(block_cls, fu
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
 
 
+class _PassesOn(hb.HybridBlock):
+    def forward(self, h, l):
+        return hb.sum(hb.tanh(h)), l * 2.0      # output 1 hands l on; the loss never reads it
+
+
+class _Ignores(hb.HybridBlock):
+    def forward(self, h, l):
+        return hb.sum(hb.tanh(h))
+
+
+class _SinWithoutGradient(_LogOfRelu):
+    def forward(self, x):
+        u = self.W @ x
+        return hb.tanh(u), hb.py_func(np.sin, u, out_shape=(3,))      # no grad_fn
+
+
+@pytest.mark.parametrize("producer_cls", [_LogOfRelu, _SinWithoutGradient])
+@pytest.mark.parametrize("consumer_cls", [_PassesOn, _Ignores])
+def test_an_output_only_an_unread_path_of_another_block_uses_is_not_differentiated(producer_cls, consumer_cls):
+    """Backward marked every input of a block call, even one that only its unread outputs
+    (or none) use: the producer's output was differentiated with a zero gradient, giving
+    0 * inf = NaN, or a py_func without grad_fn raised (found by a review helper)."""
+    producer, consumer = producer_cls(), consumer_cls()
+    producer.hybridize()
+    consumer.hybridize()
+    xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.0, 0.0], [0.3, 0.2, -0.1])]
+
+    def loss():
+        outs = [consumer(*producer(x)) for x in xs]
+        return hb.add_n([o[0] if isinstance(o, tuple) else o for o in outs])
+
+    grads = {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for mode in ("eager", "op", "block"):
+            for p in producer.collect_params().values():
+                p.zero_grad()
+            recorded(mode, loss).backward()
+            grads[mode] = [p.grad.copy() for p in producer.collect_params().values()]
+    assert all(np.isfinite(g).all() for g in grads["eager"])
+    for mode in ("op", "block"):
+        for got, want in zip(grads[mode], grads["eager"]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
+
+
+class _RunWithAnUnreadOutput(hb.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.U = hb.Parameter("U", (3, 3), rng=np.random.default_rng(2))
+        self.V = hb.Parameter("V", (3, 3), rng=np.random.default_rng(3))
+
+    def forward(self, x):
+        r = hb.log(hb.relu(self.U @ x))      # only s uses it
+        m = self.V @ x
+        tm = hb.tanh(m)
+        return tm * hb.sigmoid(m), r * tm    # one fused run makes both
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_fused_run_gives_no_gradient_to_an_input_only_unread_outputs_use(fused):
+    """Its kernel for the read outputs wrote a zero gradient for r, whose log(relu) was then
+    differentiated with it: 0 * inf = NaN in U's gradient (found by a review helper)."""
+    block = _RunWithAnUnreadOutput()
+    xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.0, 0.3], [0.3, 0.2, -0.1])]
+    before = hb.trace.FUSION["enabled"]
+    hb.set_fusion(fused)
+    try:
+        block.hybridize()
+        grads = {}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for mode in ("eager", "op", "block"):
+                block.U.zero_grad()
+                block.V.zero_grad()
+                recorded(mode, lambda: hb.add_n([hb.sum(block(x)[0]) for x in xs])).backward()
+                grads[mode] = (block.U.grad.copy(), block.V.grad.copy())
+    finally:
+        hb.set_fusion(before)
+    for mode in ("op", "block"):
+        for got, want in zip(grads[mode], grads["eager"]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
+
+
 def test_a_container_of_unregistered_blocks_or_parameters_warns():
     """Blocks and Parameters in a list or dict attribute were silently left out of
     collect_params(), so a Trainer never updated them and save_parameters() never saved them."""

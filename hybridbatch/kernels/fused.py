@@ -81,27 +81,32 @@ class FusedRun:
     value or ("param", pid) a shared vector; outputs: program slots the run must
     materialize, each (B, n); write_once: per argument, whether the backward assigns every
     element of its gradient (so the gradient array need not be zeroed first) instead of
-    adding into it. spec: build_run's arguments, for the backward kernels of fewer outputs.
+    adding into it. reached: per argument, whether the outputs backward gets gradients for
+    depend on it. spec: build_run's arguments, for the backward kernels of fewer outputs.
     """
 
-    def __init__(self, n, dtype, inputs, outputs, write_once, source, spec):
+    def __init__(self, n, dtype, inputs, outputs, write_once, reached, source, spec):
         self.n = n
         self.dtype = dtype
         self.inputs = inputs
         self.outputs = outputs
         self.write_once = write_once
+        self.reached = reached
         self.forward_kernel, self.backward_kernel = _load(source)
         self._spec = spec
         self._reading = {}
 
-    def backward_kernel_reading(self, read):
-        """The backward kernel for gradients of only the outputs flagged in `read` (the same
-        arguments; the others' gradients are never read). Their terms are left out, not
-        multiplied by a zero gradient: 0 times log's derivative at 0 is NaN."""
-        kernel = self._reading.get(read)
-        if kernel is None:
-            kernel = self._reading[read] = build_run(*self._spec, reading=read).backward_kernel
-        return kernel
+    def backward_reading(self, read):
+        """(kernel, reached) for gradients of only the outputs flagged in `read`: the kernel
+        takes the same arguments (the others' gradients are never read) and leaves their
+        terms out rather than multiplying them by a zero gradient (0 times log's derivative
+        at 0 is NaN); an argument no read output depends on gets no gradient (None), so
+        the steps that made it are not differentiated either."""
+        found = self._reading.get(read)
+        if found is None:
+            run = build_run(*self._spec, reading=read)
+            found = self._reading[read] = run.backward_kernel, run.reached
+        return found
 
 
 def build_run(steps, n, used_later, biases=None, reading=None):
@@ -192,6 +197,12 @@ def build_run(steps, n, used_later, biases=None, reading=None):
             reached.update(x for x, _ in parts)
             back += [f"a_{x} += a_{t} * {d}" for x, d in parts]
     once = _write_once(inputs, leaves, widths, n)
+    reached_args = [False] * len(inputs)
+    for (k, _), name in leaves.items():
+        if name in reached:
+            reached_args[k] = True
+            if name in bias_of:
+                reached_args[bias_of[name]] = True
     writes = []
     for (k, offset), name in leaves.items():
         target = f"gin{k}[j]" if inputs[k][0] == "param" else f"gin{k}[b, {offset} + j]"
@@ -204,7 +215,7 @@ def build_run(steps, n, used_later, biases=None, reading=None):
     dtype = steps[-1][1].out_dtype
     header = _HEADER.format(dtype=dtype.name)
     source = "\n".join([header, _TANH, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
-    return FusedRun(n, dtype, inputs, outputs, once, source, (steps, n, used_later, biases))
+    return FusedRun(n, dtype, inputs, outputs, once, tuple(reached_args), source, (steps, n, used_later, biases))
 
 
 def _write_once(inputs, leaves, widths, n):
