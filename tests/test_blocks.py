@@ -469,6 +469,30 @@ def test_a_block_input_its_output_does_not_read_gets_no_gradient(calls):
         np.testing.assert_allclose(grads[mode], grads["eager"], rtol=1e-5, err_msg=mode)
 
 
+def _assert_gradients_like_eager(blocks, loss, fused=True):
+    """Every parameter's gradient of loss() in op and block mode equals eager's (finite),
+    the blocks hybridized with fusion on or off (log(0)'s warnings silenced)."""
+    params = [p for b in blocks for p in b.collect_params().values()]
+    before = hb.trace.FUSION["enabled"]
+    hb.set_fusion(fused)
+    try:
+        for b in blocks:
+            b.hybridize()
+        grads = {}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for mode in ("eager", "op", "block"):
+                for p in params:
+                    p.zero_grad()
+                recorded(mode, loss).backward()
+                grads[mode] = [p.grad.copy() for p in params]
+    finally:
+        hb.set_fusion(before)
+    assert all(np.isfinite(g).all() for g in grads["eager"])
+    for mode in ("op", "block"):
+        for got, want in zip(grads[mode], grads["eager"]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
+
+
 class _LogOfRelu(hb.HybridBlock):
     """A second output with an infinite local derivative where relu gives 0."""
 
@@ -505,23 +529,7 @@ def test_an_output_a_call_does_not_read_puts_no_nan_into_gradients(block_cls, fu
         outs = [block(x) for x in xs]
         return hb.add_n([hb.sum(a) for a, _ in outs] + [hb.sum(outs[i][1]) for i in read_second])
 
-    before = hb.trace.FUSION["enabled"]
-    hb.set_fusion(fused)
-    try:
-        block.hybridize()
-        grads = {}
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for mode in ("eager", "op", "block"):
-                block.W.zero_grad()
-                block.U.zero_grad()
-                recorded(mode, loss).backward()
-                grads[mode] = (block.W.grad.copy(), block.U.grad.copy())
-    finally:
-        hb.set_fusion(before)
-    assert all(np.isfinite(g).all() for g in grads["eager"])
-    for mode in ("op", "block"):
-        for got, want in zip(grads[mode], grads["eager"]):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
+    _assert_gradients_like_eager([block], loss, fused)
 
 
 class _PassesOn(hb.HybridBlock):
@@ -547,36 +555,19 @@ def test_an_output_only_an_unread_path_of_another_block_uses_is_not_differentiat
     (or none) use: the producer's output was differentiated with a zero gradient, giving
     0 * inf = NaN, or a py_func without grad_fn raised (found by a review helper)."""
     producer, consumer = producer_cls(), consumer_cls()
-    producer.hybridize()
-    consumer.hybridize()
     xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.0, 0.0], [0.3, 0.2, -0.1])]
 
     def loss():
         outs = [consumer(*producer(x)) for x in xs]
         return hb.add_n([o[0] if isinstance(o, tuple) else o for o in outs])
 
-    grads = {}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for mode in ("eager", "op", "block"):
-            for p in producer.collect_params().values():
-                p.zero_grad()
-            recorded(mode, loss).backward()
-            grads[mode] = [p.grad.copy() for p in producer.collect_params().values()]
-    assert all(np.isfinite(g).all() for g in grads["eager"])
-    for mode in ("op", "block"):
-        for got, want in zip(grads[mode], grads["eager"]):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
+    _assert_gradients_like_eager([producer, consumer], loss)
 
 
-class _RunWithAnUnreadOutput(hb.HybridBlock):
-    def __init__(self):
-        super().__init__()
-        self.U = hb.Parameter("U", (3, 3), rng=np.random.default_rng(2))
-        self.V = hb.Parameter("V", (3, 3), rng=np.random.default_rng(3))
-
+class _RunWithAnUnreadOutput(_LogOfRelu):
     def forward(self, x):
         r = hb.log(hb.relu(self.U @ x))      # only s uses it
-        m = self.V @ x
+        m = self.W @ x
         tm = hb.tanh(m)
         return tm * hb.sigmoid(m), r * tm    # one fused run makes both
 
@@ -587,22 +578,7 @@ def test_a_fused_run_gives_no_gradient_to_an_input_only_unread_outputs_use(fused
     differentiated with it: 0 * inf = NaN in U's gradient (found by a review helper)."""
     block = _RunWithAnUnreadOutput()
     xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.0, 0.3], [0.3, 0.2, -0.1])]
-    before = hb.trace.FUSION["enabled"]
-    hb.set_fusion(fused)
-    try:
-        block.hybridize()
-        grads = {}
-        with np.errstate(divide="ignore", invalid="ignore"):
-            for mode in ("eager", "op", "block"):
-                block.U.zero_grad()
-                block.V.zero_grad()
-                recorded(mode, lambda: hb.add_n([hb.sum(block(x)[0]) for x in xs])).backward()
-                grads[mode] = (block.U.grad.copy(), block.V.grad.copy())
-    finally:
-        hb.set_fusion(before)
-    for mode in ("op", "block"):
-        for got, want in zip(grads[mode], grads["eager"]):
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
+    _assert_gradients_like_eager([block], lambda: hb.add_n([hb.sum(block(x)[0]) for x in xs]), fused)
 
 
 def test_a_container_of_unregistered_blocks_or_parameters_warns():
