@@ -206,7 +206,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
     for plan in reversed(plans):
         if plan.start > seed_node:
             continue
-        _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.sig_local,
+        _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.view.sig,
                         plan.sig_n_out, plan.use_off, plan.use)
         for b in range(plan.n_batches - 1, -1, -1):
             outs = plan.outs[b]

@@ -155,7 +155,7 @@ class Plan:
         # an extra output (node v + j of a multi-output node v) stands for v when scheduling
         out_index = np.array([s.attrs[0] if s.op is Output else 0 for s in sigs], np.int64)
         self.extra_output = out_index[sig_local] > 0    # per node: output j >= 1 of the node before
-        self.sig_local, self.sig_n_out = sig_local, n_out
+        self.sig_n_out = n_out
         self.use_off, self.use = _input_use_tables(ops)
         args_local = np.maximum(args - start, -1)
         if out_index.any():
