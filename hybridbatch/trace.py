@@ -122,6 +122,8 @@ class Program:
                                 if sig.op.uses_aux and _int_column(aux) is not None)
         self.steps = _live_steps(steps, self.outputs)
         self.input_use = _input_use(self.steps, self.outputs, n_inputs)
+        self.param_ids = tuple(sorted({pid for _, sig, _, _ in self.steps for pid in sig.params if pid is not None}))
+        self._wanted = {}
         self.origins = dict(enumerate(graph.origin or ()))     # slot -> its line in forward
         self.container = container      # None: forward returned one value; else tuple or list, as it did
         self.out_types = tuple(graph.type[o] for o in outputs)
@@ -229,7 +231,7 @@ class Program:
         for slot, out in zip(run.outputs, outs):
             vals[slot] = out
 
-    def _backward_fused(self, xp, run, vals, grads, const):
+    def _backward_fused(self, xp, run, vals, grads, wanted):
         gys = [grads[s] for s in run.outputs]
         given = [g for g in gys if g is not None]
         if not given:
@@ -246,7 +248,7 @@ class Program:
                 continue
             if kind == "param":
                 accumulate_param(key, g)
-            elif key not in const:
+            elif key in wanted:
                 grads.add(key, g)
 
     def backward(self, xp, vals, gys, needs, ints=None):
@@ -254,34 +256,50 @@ class Program:
         for o, g in zip(self.outputs, gys):
             if g is not None:       # None: an output these rows do not read
                 grads.add(o, g)
-        const = {slot for slot, _ in self.consts}
+        wanted = self._wanted_slots(needs)
         distinct = vals.distinct
         if distinct is None:     # the forward's plan, even if fusion was toggled since
-            self._backward_units(xp, vals.units, vals, grads, const, ints)
+            self._backward_units(xp, vals.units, vals, grads, wanted, ints)
         else:
-            self._backward_units(xp, distinct.part.rest, vals, grads, const, ints)
+            self._backward_units(xp, distinct.part.rest, vals, grads, wanted, ints)
             distinct.sum_back(grads)
             key_vals = _Values(vals)
             for s, v in distinct.values.items():
                 key_vals[s] = v
             with rows_named_by(distinct.first):     # keys are numbered in first-call order
-                self._backward_units(xp, distinct.part.keyed, key_vals, grads, const, distinct.ints)
+                self._backward_units(xp, distinct.part.keyed, key_vals, grads, wanted, distinct.ints)
         return tuple(grads[i] if need else None for i, need in enumerate(needs))
 
-    def _backward_units(self, xp, units, vals, grads, const, ints):
+    def _wanted_slots(self, needs):
+        """The slots whose gradient backward needs: inputs with needs[i], and every value made
+        from one of them or from a Parameter that takes gradients. Eager never differentiates
+        an op none of whose operands is such a value (a py_func without grad_fn on data)."""
+        trainable = tuple(by_id(pid).grad_req != "null" for pid in self.param_ids)
+        key = (tuple(needs), trainable)
+        wanted = self._wanted.get(key)
+        if wanted is None:
+            train = dict(zip(self.param_ids, trainable))
+            slots = {i for i, need in enumerate(needs) if need}
+            for slot, sig, refs, _ in self.steps:
+                if any(train[pid] if r is None else r in slots for r, pid in zip(refs, sig.params)):
+                    slots.add(slot)
+            wanted = self._wanted[key] = frozenset(slots)
+        return wanted
+
+    def _backward_units(self, xp, units, vals, grads, wanted, ints):
         for unit in reversed(units):
             if isinstance(unit, FusedRun):
-                self._backward_fused(xp, unit, vals, grads, const)
+                self._backward_fused(xp, unit, vals, grads, wanted)
                 continue
             slot, sig, refs, aux = unit
             gy = grads[slot]
             if gy is None:
                 continue
             op = sig.op
-            if op.add_grad is not None and refs[0] not in const:   # a slice: add into its region
+            if op.add_grad is not None and refs[0] in wanted:   # a slice: add into its region
                 op.add_grad(sig, grads.buffer(xp, refs[0], vals[refs[0]]), gy)
                 continue
-            wants = [(r is not None and r not in const) or (r is None and by_id(pid).grad_req != "null")
+            wants = [(r is not None and r in wanted) or (r is None and by_id(pid).grad_req != "null")
                      for r, pid in zip(refs, sig.params)]
             if not any(wants):
                 continue

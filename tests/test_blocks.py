@@ -581,6 +581,25 @@ def test_a_fused_run_gives_no_gradient_to_an_input_only_unread_outputs_use(fused
     _assert_gradients_like_eager([block], lambda: hb.add_n([hb.sum(block(x)[0]) for x in xs]), fused)
 
 
+class _SquaresItsData(_LogOfRelu):
+    def forward(self, x, h):
+        return hb.py_func(np.square, x, out_shape=(3,)), self.W @ h      # no grad_fn
+
+
+def test_a_py_func_on_data_alone_is_not_differentiated():
+    """Eager never differentiates it (no Parameter lies behind x); block granularity raised
+    "py_func square has no grad_fn" when the call's other output reached the loss (found
+    by a review helper)."""
+    block = _SquaresItsData()
+    x, h = np.array([0.5, -1.0, 2.0], np.float32), np.ones(3, np.float32)
+
+    def loss():
+        a, b = block(x, h)
+        return hb.sum(a) + hb.sum(b)
+
+    _assert_gradients_like_eager([block], loss)
+
+
 def test_a_container_of_unregistered_blocks_or_parameters_warns():
     """Blocks and Parameters in a list or dict attribute were silently left out of
     collect_params(), so a Trainer never updated them and save_parameters() never saved them."""
