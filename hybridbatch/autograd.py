@@ -280,8 +280,8 @@ def _output_groups(op, nodes, live, mark, read):
     is differentiated in, or None for one group of the live rows with every output.
 
     A row that does not read an output gets a zero gradient for it. That is exact for a
-    zero_exact op (with finite forward values), but another one (a block with a log or a
-    division) could turn 0 * inf into NaN where eager never differentiates that output. Its
+    zero_exact op (short of an overflow), but another one (a block with a log or a division)
+    could turn 0 * inf into NaN where eager never differentiates that output. Its
     rows are then grouped by the outputs they read, and each group's unread outputs get no
     gradient at all (None)."""
     if op.n_out == 1 or op.zero_exact:

@@ -39,9 +39,9 @@ class Op:
                          # and saved_rows(saved, mask) must select rows of saved
     needs_batched = True  # False: may run with shared operands only (its aux sizes the batch)
     add_grad = None      # optional (sig, g_input, gy): add gy into g_input in place (sparse grads)
-    zero_exact = False   # True: a zero output gradient gives exactly zero operand gradients
-                         # wherever the forward values are finite (no local derivative is inf
-                         # there): see autograd._output_groups
+    zero_exact = False   # True: no ordinary finite operand makes its value or local derivative
+                         # inf or NaN (only overflow can), so a zero output gradient gives exact
+                         # zeros. Not log (-inf at 0), div (x / 0) or py_func: autograd._output_groups
     id = -1
 
     def infer(self, attrs, shapes, dtypes):
