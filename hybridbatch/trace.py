@@ -122,7 +122,6 @@ class Program:
                                 if sig.op.uses_aux and _int_column(aux) is not None)
         self.steps = _live_steps(steps, self.outputs)
         self.input_use = _input_use(self.steps, self.outputs, n_inputs)
-        self.param_ids = tuple(sorted({pid for _, sig, _, _ in self.steps for pid in sig.params if pid is not None}))
         self._wanted = {}
         self.origins = dict(enumerate(graph.origin or ()))     # slot -> its line in forward
         self.container = container      # None: forward returned one value; else tuple or list, as it did
@@ -271,19 +270,15 @@ class Program:
         return tuple(grads[i] if need else None for i, need in enumerate(needs))
 
     def _wanted_slots(self, needs):
-        """The slots whose gradient backward needs: inputs with needs[i], and every value made
-        from one of them or from a Parameter that takes gradients. Eager never differentiates
-        an op none of whose operands is such a value (a py_func without grad_fn on data)."""
-        trainable = tuple(by_id(pid).grad_req != "null" for pid in self.param_ids)
-        key = (tuple(needs), trainable)
+        """The slots that take a gradient, as in eager mode: the inputs with needs[i] (not
+        constants) and every value a step computes; not a constant made inside forward. So
+        an op whose operands are all constants (a py_func without grad_fn on data) is never
+        differentiated. Parameters go by their grad_req, step by step."""
+        key = tuple(needs)
         wanted = self._wanted.get(key)
         if wanted is None:
-            train = dict(zip(self.param_ids, trainable))
-            slots = {i for i, need in enumerate(needs) if need}
-            for slot, sig, refs, _ in self.steps:
-                if any(train[pid] if r is None else r in slots for r, pid in zip(refs, sig.params)):
-                    slots.add(slot)
-            wanted = self._wanted[key] = frozenset(slots)
+            wanted = self._wanted[key] = frozenset(
+                [i for i, need in enumerate(needs) if need] + [slot for slot, *_ in self.steps])
         return wanted
 
     def _backward_units(self, xp, units, vals, grads, wanted, ints):

@@ -600,6 +600,27 @@ def test_a_py_func_on_data_alone_is_not_differentiated():
     _assert_gradients_like_eager([block], loss)
 
 
+class _SquaresAComputedValue(_LogOfRelu):
+    def forward(self, x, h):
+        return hb.py_func(np.square, hb.sigmoid(x), out_shape=(3,)), self.W @ h
+
+
+@pytest.mark.parametrize("mode", ["eager", "op", "block"])
+def test_a_py_func_on_a_computed_value_is_differentiated_as_in_eager(mode):
+    """Eager differentiates every op with a computed operand, even one no Parameter is
+    behind: a py_func without grad_fn there raises in every mode alike."""
+    block = _SquaresAComputedValue()
+    block.hybridize()
+    x, h = np.array([0.5, -1.0, 2.0], np.float32), np.ones(3, np.float32)
+
+    def loss():
+        a, b = block(x, h)
+        return hb.sum(a) + hb.sum(b)
+
+    with pytest.raises(NotImplementedError, match="no grad_fn"):
+        recorded(mode, loss).backward()
+
+
 def test_a_container_of_unregistered_blocks_or_parameters_warns():
     """Blocks and Parameters in a list or dict attribute were silently left out of
     collect_params(), so a Trainer never updated them and save_parameters() never saved them."""
