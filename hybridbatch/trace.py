@@ -67,22 +67,35 @@ def _int_column(code):
     return -code - 2 if code <= -2 else None
 
 
-def _input_use(steps, outputs, n_inputs):
-    """(n_outputs, n_inputs) bools: which block inputs each output depends on; None when every
-    output depends on every input. Backward marks a call's input as reached only through the
-    outputs it reaches, as eager mode visits only the ops on a path to the seed."""
+def _ancestors(steps, outputs):
+    """Per output, the set of slots it depends on (itself included)."""
     reads = {slot: [r for r in refs if r is not None] for slot, _, refs, _ in steps}
-    use = np.zeros((len(outputs), n_inputs), np.bool_)
-    for o, out in enumerate(outputs):
+    found = []
+    for out in outputs:
         todo, seen = [out], set()
         while todo:
             slot = todo.pop()
             if slot not in seen:
                 seen.add(slot)
-                if slot < n_inputs:
-                    use[o, slot] = True
                 todo += reads.get(slot, ())
-    return None if use.all() else use
+        found.append(seen)
+    return found
+
+
+def _input_use(ancestors, n_inputs):
+    """(n_outputs, n_inputs) bools: which block inputs each output depends on; None when every
+    output depends on every input. Backward marks a call's input as reached only through the
+    outputs it reaches, as eager mode visits only the ops on a path to the seed."""
+    use = np.array([[i in anc for i in range(n_inputs)] for anc in ancestors], np.bool_)
+    return None if use.all() else use.reshape(len(ancestors), n_inputs)
+
+
+def _zero_seeds_exact(steps, ancestors):
+    """Whether a zero gradient for the outputs a row does not read is exact (short of an
+    overflow): every step that is not zero_exact feeds every output. Such a step then always
+    gets a read output's gradient too, and the zeros reach it only through zero_exact steps,
+    as exact zeros (W6's merge step divides, but its h is made from its c)."""
+    return all(sig.op.zero_exact or all(slot in anc for anc in ancestors) for slot, sig, _, _ in steps)
 
 
 def _live_steps(steps, outputs):
@@ -121,7 +134,9 @@ class Program:
         self.int_checks = tuple((_int_column(aux), sig.op.aux_limit(sig), sig) for _, sig, _, aux in steps
                                 if sig.op.uses_aux and _int_column(aux) is not None)
         self.steps = _live_steps(steps, self.outputs)
-        self.input_use = _input_use(self.steps, self.outputs, n_inputs)
+        ancestors = _ancestors(self.steps, self.outputs)
+        self.input_use = _input_use(ancestors, n_inputs)
+        self.zero_seeds_exact = _zero_seeds_exact(self.steps, ancestors)
         self._wanted = {}
         self.origins = dict(enumerate(graph.origin or ()))     # slot -> its line in forward
         self.container = container      # None: forward returned one value; else tuple or list, as it did
@@ -386,7 +401,7 @@ class Composite(Op):
         self.program = program
         self.name = f"block:{program.name}"
         self.n_out = len(program.outputs)
-        self.zero_exact = all(sig.op.zero_exact for _, sig, _, _ in program.steps)
+        self.zero_exact = program.zero_seeds_exact
         self.uses_aux = program.n_ints > 0
         self.aux_width = max(program.n_ints, 1)
 

@@ -533,6 +533,35 @@ def test_an_output_a_call_does_not_read_puts_no_nan_into_gradients(block_cls, fu
     _assert_gradients_like_eager([block], loss, fused)
 
 
+class _MergeLike(_LogOfRelu):
+    """W6's merge step in small: a division whose quotient feeds both outputs."""
+
+    def forward(self, x):
+        w = hb.exp(hb.sigmoid(self.W @ x))
+        c = w * hb.tanh(self.U @ x) / (w + 1.0)
+        return hb.tanh(c) * x, c
+
+
+def test_zero_seeds_stay_exact_where_every_output_uses_the_division():
+    """Only a step that some output does not depend on can be reached from an unread
+    output alone; here the division feeds both, so the block keeps the one-group fast
+    path (it cost W6 15-21% of a step) and still equals eager."""
+    block = _MergeLike()
+    xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.3, 2.0], [0.3, 0.2, -0.1])]
+
+    def loss():
+        outs = [block(x) for x in xs]
+        return hb.add_n([hb.sum(h) for h, _ in outs] + [hb.sum(outs[0][1])])    # c read once
+
+    _assert_gradients_like_eager([block], loss)
+    assert next(iter(block._programs.values())).op.zero_exact
+    log_block = _LogOfRelu()
+    log_block.hybridize()
+    with np.errstate(divide="ignore"):
+        log_block(xs[0])
+    assert not next(iter(log_block._programs.values())).op.zero_exact
+
+
 class _PassesOn(hb.HybridBlock):
     def forward(self, h, l):
         return hb.sum(hb.tanh(h)), l * 2.0      # output 1 hands l on; the loss never reads it
