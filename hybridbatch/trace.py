@@ -98,17 +98,10 @@ def _zero_seeds_exact(steps, ancestors):
     return all(sig.op.zero_exact or all(slot in anc for anc in ancestors) for slot, sig, _, _ in steps)
 
 
-def _live_steps(steps, outputs):
-    """The steps whose values reach an output. A dead one is dropped, as eager backward never
-    visits it: differentiated with a zero gradient, its local derivative could be inf (log
-    at 0) and put 0 * inf = NaN into the live gradients it shares a fused run or operand with."""
-    live = set(outputs)
-    kept = []
-    for step in reversed(steps):
-        if step[0] in live:
-            kept.append(step)
-            live.update(r for r in step[2] if r is not None)
-    return kept[::-1]
+def _int_checks(steps):
+    """(integer column, inline bound or None, sig) per step that indexes with a call's integer."""
+    return tuple((_int_column(aux), sig.op.aux_limit(sig), sig) for _, sig, _, aux in steps
+                 if sig.op.uses_aux and _int_column(aux) is not None)
 
 
 class Program:
@@ -130,11 +123,15 @@ class Program:
             operands = iter(graph.args[(graph.arg_end[slot - 1] if slot else 0):graph.arg_end[slot]])
             refs = tuple(next(operands) if pid is None else None for pid in sig.params)
             steps.append((slot, sig, refs, graph.aux[slot]))
+        # Only the steps whose values reach an output are kept: eager backward never visits a
+        # dead one, and differentiated with a zero gradient its local derivative could be inf
+        # (log at 0), putting 0 * inf = NaN into the live gradients it shares a fused run with.
+        ancestors = _ancestors(steps, self.outputs)
+        live = set().union(*ancestors)
+        self.steps = [step for step in steps if step[0] in live]
         # every integer is checked, even one only a dead step reads: eager forward reads it
-        self.int_checks = tuple((_int_column(aux), sig.op.aux_limit(sig), sig) for _, sig, _, aux in steps
-                                if sig.op.uses_aux and _int_column(aux) is not None)
-        self.steps = _live_steps(steps, self.outputs)
-        ancestors = _ancestors(self.steps, self.outputs)
+        self.int_checks = _int_checks(steps)
+        self.dead_int_checks = _int_checks([step for step in steps if step[0] not in live])
         self.input_use = _input_use(ancestors, n_inputs)
         self.zero_seeds_exact = _zero_seeds_exact(self.steps, ancestors)
         self._wanted = {}
@@ -159,10 +156,11 @@ class Program:
             return np.full(size, code, np.int64)
         return ints if ints.ndim == 1 else ints[:, j]
 
-    def check_ints(self, ints):
+    def check_ints(self, ints, checks=None):
         """Validate a call's integers against every op that indexes with them (at record
-        time): a bound inline where the op has one, the op's own check otherwise."""
-        for j, limit, sig in self.int_checks:
+        time), or against `checks`: a bound inline where the op has one, the op's own check
+        otherwise."""
+        for j, limit, sig in self.int_checks if checks is None else checks:
             v = ints[j]
             if limit is None or not 0 <= v < limit:
                 sig.op.check_aux(sig, v)
@@ -327,8 +325,8 @@ class Program:
     # -- op granularity and eager: replay the steps as separate nodes ------------------
     def replay(self, apply, constant, inputs, ints=()):
         """Run each step through `apply(op, operands, attrs, aux)`; returns output handles."""
-        if ints:
-            self.check_ints(ints)
+        if ints and self.dead_int_checks:      # the live steps' ops check their own
+            self.check_ints(ints, self.dead_int_checks)
         vals = [None] * self.n_slots
         vals[:self.n_inputs] = inputs
         for slot, value in self.consts:

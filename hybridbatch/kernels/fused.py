@@ -188,10 +188,9 @@ def build_run(steps, n, used_later, biases=None, reading=None):
     fwd += [f"            out{i}[b, j] = {value_of[s]}" for i, s in enumerate(outputs)]
 
     adj = [f"a_{v} = F(0.0)" for v in [t for t, _ in grads] + list(leaves.values())]
-    reading = reading or (True,) * len(outputs)
-    seeded = [value_of[s] for s, r in zip(outputs, reading) if r]
-    seed = [f"a_{value_of[s]} += gout{i}[b, j]" for i, (s, r) in enumerate(zip(outputs, reading)) if r]
-    back, reached = [], set(seeded)
+    read = [(i, value_of[s]) for i, (s, r) in enumerate(zip(outputs, reading or [True] * len(outputs))) if r]
+    seed = [f"a_{v} += gout{i}[b, j]" for i, v in read]
+    back, reached = [], {v for _, v in read}
     for t, parts in reversed(grads):
         if t in reached:            # a value no read output depends on gets no terms
             reached.update(x for x, _ in parts)
@@ -330,7 +329,7 @@ def plan_units(steps, program_outputs):
 
     An affine step whose output only feeds fused runs becomes a bias-free matmul step, and
     the runs add its bias where they read the output (and sum its gradient). Every run has
-    a value read after it: a program holds no dead steps (trace._live_steps)."""
+    a value read after it: a program keeps no dead steps (trace.Program)."""
     runs = [(span, _run_outputs(steps, span, program_outputs)) for span in _run_spans(steps)]
     spans = [span for span, _ in runs]
     folds = _bias_folds(steps, spans, program_outputs)
