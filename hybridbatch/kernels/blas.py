@@ -138,8 +138,8 @@ def packing():
 
 
 @njit(cache=True)
-def _address(a):
-    """a's data pointer, for MKL: a fifth of the cost of `a.ctypes.data` (which builds a
+def address(a):
+    """a's data pointer: a fifth of the cost of `a.ctypes.data` (which builds a
     Python object per call; a W1 step reads some 300 of them)."""
     return a.ctypes.data
 
@@ -200,7 +200,7 @@ def _call(lib, ops, a, b, beta, c):
     m, k = a.shape
     n = b.shape[1]
     lib.gemm[a.dtype](ROW_MAJOR, TRANS if ta else NO_TRANS, TRANS if tb else NO_TRANS, m, n, k, 1.0,
-                      _address(a0), a0.shape[1], _address(b0), b0.shape[1], beta, _address(c), n)
+                      address(a0), a0.shape[1], address(b0), b0.shape[1], beta, address(c), n)
 
 
 def _gemm(lib, a, b):
@@ -222,7 +222,7 @@ def _packed(w0, transposed):
     rows run as fast either way (W1 step, four in-process A/Bs: 0.949, 0.958, 0.966, 0.989).
     """
     cache = _state.packed
-    key = (_address(w0), w0.shape, w0.dtype.char, transposed)
+    key = (address(w0), w0.shape, w0.dtype.char, transposed)
     hit = cache.get(key)
     if hit is None:
         cache[key] = (w0, None)     # holding w0 keeps its address from being reused in the scope
@@ -233,7 +233,7 @@ def _packed(w0, transposed):
     k, n = (w0.shape[1], w0.shape[0]) if transposed else w0.shape
     buf = np.empty(_active.pack_size[dt](B_MATRIX, PACK_ROWS, n, k) // dt.itemsize + 1, dt)
     _active.pack[dt](ROW_MAJOR, B_MATRIX, TRANS if transposed else NO_TRANS, PACK_ROWS, n, k, 1.0,
-                     _address(w0), w0.shape[1], _address(buf))
+                     address(w0), w0.shape[1], address(buf))
     cache[key] = (w0, buf)
     return buf
 
@@ -262,8 +262,8 @@ def shared_product(x, w):
     if buf is None:
         return gemm(x, w)
     out = np.empty((B, n), x.dtype)
-    _active.compute[x.dtype](ROW_MAJOR, NO_TRANS, PACKED, B, n, k, _address(x), k, _address(buf), n,
-                             0.0, _address(out), n)
+    _active.compute[x.dtype](ROW_MAJOR, NO_TRANS, PACKED, B, n, k, address(x), k, address(buf), n,
+                             0.0, address(out), n)
     return out
 
 

@@ -20,6 +20,29 @@ def _scatter_add_2d(dst, rows, src):
             dst[r, j] += src[k, j]
 
 
+@njit(cache=True)
+def _scatter_add_columns(dst, rows, parent, first):
+    """_scatter_add_2d of the columns first.. of a C-contiguous parent: the kernel knows its
+    rows are contiguous, so it vectorizes (a strided src is typed 'A' layout: scalar loads)."""
+    width = dst.shape[1]
+    for k in range(rows.shape[0]):
+        row = parent[k, first:first + width]      # a slice: indexing with first + j stays scalar
+        out = dst[rows[k]]
+        for j in range(width):
+            out[j] += row[j]
+
+
+def _column_range(src):
+    """(parent, first column) when 2-D src is a range of whole-height columns of a
+    C-contiguous array (a concat's gradient is such halves of one array), else None."""
+    parent = src.base
+    if (not isinstance(parent, np.ndarray) or parent.ndim != 2 or not parent.flags.c_contiguous
+            or parent.dtype != src.dtype or parent.shape[0] != src.shape[0] or parent.strides != src.strides):
+        return None
+    first, extra = divmod(blas.address(src) - blas.address(parent), src.itemsize)
+    return (parent, first) if extra == 0 and 0 <= first and first + src.shape[1] <= parent.shape[1] else None
+
+
 def scatter_add_rows(dst, rows, src):
     """Add each row of `src` into `dst` at `rows` (leading axis); other axes flattened."""
     if not isinstance(dst, np.ndarray):     # cupy: its own atomic scatter-add
@@ -30,11 +53,16 @@ def scatter_add_rows(dst, rows, src):
         np.add.at(dst, np.asarray(rows, np.int64), src)
         return
     d2 = dst.reshape(dst.shape[0], -1)
-    # a 2-D src is read in place, strided or not (concat's gradient is column halves of one array)
+    rows = np.asarray(rows, np.int64)
+    # a 2-D src is read in place, strided or not
     s2 = src if src.ndim == 2 else np.ascontiguousarray(src).reshape(len(rows), -1)
     if d2.dtype != s2.dtype:
         s2 = s2.astype(d2.dtype)
-    _scatter_add_2d(d2, np.asarray(rows, np.int64), s2)
+    columns = None if s2.flags.c_contiguous else _column_range(s2)
+    if columns is not None and len(rows):
+        _scatter_add_columns(d2, rows, *columns)
+    else:
+        _scatter_add_2d(d2, rows, s2)
 
 
 @njit(cache=True)
