@@ -11,7 +11,8 @@ import pytest
 
 import hybridbatch as hb
 from hybridbatch import nn
-from hybridbatch.kernels.fused import FusedRun
+from hybridbatch.kernels import fused
+from hybridbatch.kernels.fused import WIDE_VECTORS, FusedRun
 from hybridbatch.trace import FUSION
 from test_blocks import _LogOfRelu
 from test_review_ops import recorded
@@ -384,3 +385,65 @@ def test_an_index_only_a_dead_step_reads_is_still_checked(mode):
     x = np.zeros(3, np.float32)
     with pytest.raises(IndexError):
         recorded(mode, lambda: block(x, 7))
+
+
+@pytest.mark.skipif(not WIDE_VECTORS, reason="no AVX-512 on this CPU: fused kernels keep LLVM's vector width")
+def test_wide_vector_kernels_compute_what_default_width_kernels_do(monkeypatch):
+    """Lanes are independent, so 512-bit vectors change the speed, never a bit of a result."""
+    *_, units = _tree_lstm_step(True)
+    wide = next(u for u in units if isinstance(u, FusedRun))
+    monkeypatch.setattr(fused, "_lanes", lambda dtype: None)
+    narrow = fused.build_run(*wide._spec)
+    assert narrow.forward_kernel is not wide.forward_kernel
+    rng = np.random.default_rng(0)
+    B = 37                                       # not a multiple of 16: the loops' remainders too
+    # every batched input as wide as the widest (the gates' product): a kernel reads its own columns
+    ins = [rng.standard_normal((B, 5 * wide.n) if kind == "slot" else 5 * wide.n).astype(np.float32)
+           for kind, _ in wide.inputs]
+    gys = [rng.standard_normal((B, wide.n)).astype(np.float32) for _ in wide.outputs]
+    results = []
+    for run in (wide, narrow):
+        outs = [np.empty((B, run.n), np.float32) for _ in run.outputs]
+        run.forward_kernel(B, *ins, *outs)
+        gins = [np.zeros_like(x) for x in ins]
+        run.backward_kernel(B, *ins, *gys, *gins)
+        results.append(outs + gins)
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.skipif(not WIDE_VECTORS, reason="no AVX-512 on this CPU: fused kernels keep LLVM's vector width")
+def test_wide_vectors_stay_inside_fused_kernels(tmp_path):
+    """The width is a global LLVM option: numba code compiled after a fused kernel is compiled
+    as the code compiled before it."""
+    script = textwrap.dedent("""
+        import collections, json, re
+        import numpy as np
+        from numba import njit
+        from test_fused import _tree_lstm_step
+
+        def widths(fn):
+            return collections.Counter(re.findall(r"%([xyz]mm)\\d+", fn.inspect_asm(fn.signatures[0])))
+
+        def saxpy_before(a, x, y):
+            for i in range(x.shape[0]):
+                y[i] += a * x[i]
+
+        def saxpy_after(a, x, y):
+            for i in range(x.shape[0]):
+                y[i] += a * x[i]
+
+        x = np.ones(64, np.float32)
+        before = njit(saxpy_before)
+        before(np.float32(2), x, x.copy())
+        _tree_lstm_step(True)              # compiles the fused kernels, with wide vectors
+        after = njit(saxpy_after)
+        after(np.float32(2), x, x.copy())
+        print(json.dumps([widths(before), widths(after)]))
+    """)
+    env = dict(os.environ, HYBRIDBATCH_CACHE_DIR=str(tmp_path), PYTHONPATH=os.path.dirname(__file__))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    before, after = json.loads(out.stdout.strip().splitlines()[-1])
+    assert before == after
+    assert list(tmp_path.glob("fused_*.py")), "the fused kernels were not compiled in that process"
