@@ -79,9 +79,12 @@ WIDE_VECTORS = llvm.get_host_cpu_features().get("avx512f", False)
 _DEFAULT_WIDTH = 0      # -force-vector-width=0: the vectorizer's cost model picks
 
 
-def _lanes(dtype):
-    """The vector lanes a kernel of `dtype` is compiled for (None: LLVM's choice)."""
-    return 64 // dtype.itemsize if WIDE_VECTORS else None
+def _lanes(dtype, n):
+    """The vector lanes a kernel of `dtype` over rows of n elements is compiled for (None:
+    LLVM's choice). Not for rows shorter than the vector: LLVM would not vectorize those
+    loops anyway, and a forced width makes it print a remark to stderr for each."""
+    lanes = 64 // dtype.itemsize
+    return lanes if WIDE_VECTORS and n >= lanes else None
 
 
 def _compiled_wide(kernel, lanes):
@@ -243,7 +246,7 @@ def build_run(steps, n, used_later, biases=None, reading=None):
     bwd += [f"            {s}" for s in body + adj + seed + back + writes]
 
     dtype = steps[-1][1].out_dtype
-    lanes = _lanes(dtype)
+    lanes = _lanes(dtype, n)
     # the lane count is part of the source, so a kernel compiled (and cached) for another has another file
     header = _HEADER.format(dtype=dtype.name) + f"# vector lanes: {lanes or 'LLVM default'}\n"
     source = "\n".join([header, _TANH, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
