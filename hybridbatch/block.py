@@ -166,25 +166,18 @@ class HybridBlock(Block):
         if scope is None:
             return program.replay(eager.apply, eager.constant, handles, ints)
         if scope.granularity == "auto" and not self.auto_inline:
-            depths = scope.graph.depth
-            return scope.record_program(program, [h.id for h in handles],
-                                        max([depths[h.id] for h in handles], default=0), ints)
+            return scope.record_program(program, [h.id for h in handles], ints)
         return program.replay(scope.record, scope.constant, handles, ints)
 
     def _record_call(self, scope, args):
         """Block granularity, the hot path: one graph node per call."""
-        g = scope.graph
-        types = g.type
-        depths = g.depth
+        types = scope.graph.type
         ids, key, ints = [], [], []
-        depth = 0                                              # the deepest operand's
         for a in args:
             if a.__class__ is Future and a.scope is scope:     # the common cases first:
                 i = a.id                                       # exact class tests are cheaper
                 ids.append(i)                                  # than isinstance
                 key.append(types[i])
-                if depths[i] > depth:
-                    depth = depths[i]
             elif a.__class__ is int:
                 key.append(INT)
                 ints.append(a)
@@ -199,11 +192,9 @@ class HybridBlock(Block):
                 i = _as_handle(a, scope).id
                 ids.append(i)
                 key.append(types[i])
-                if depths[i] > depth:
-                    depth = depths[i]
         key = tuple(key)
         program = self._programs.get(key)
-        return scope.record_program(program if program is not None else self._program(key), ids, depth, ints)
+        return scope.record_program(program if program is not None else self._program(key), ids, ints)
 
     def _program(self, key):
         program = self._programs.get(key)

@@ -2,7 +2,8 @@
 
 Recording appends to plain lists (the cheapest append Python has); a flush turns the
 pending delta into numpy arrays once. Node ids are a topological order: an op's operands
-are always recorded before it.
+are always recorded before it. Depths are not recorded: the flush derives them from the
+operands in one compiled pass (`plan._depths`), which costs recording nothing per call.
 """
 import numpy as np
 
@@ -31,19 +32,20 @@ class Growable:
 
 
 class Graph:
-    """Per node: signature id, output type id, depth, operand ids (CSR) and one integer aux.
+    """Per node: signature id, output type id, operand ids (CSR) and one integer aux; and,
+    once flushed, its depth.
 
     type[i] is always SIGS[sig[i]].out_type (kept for recording's operand lookups).
 
     A node that carries several integers stores them in aux_flat; its aux is their offset.
     """
 
-    __slots__ = ("sig", "type", "depth", "aux", "aux_flat", "args", "arg_end", "constants", "origin")
+    __slots__ = ("sig", "type", "depths", "aux", "aux_flat", "args", "arg_end", "constants", "origin")
 
     def __init__(self, track_origin=False):
         self.sig = []
         self.type = []
-        self.depth = []
+        self.depths = Growable(np.int64)    # per flushed node: 0 for inputs, else 1 + its operands' deepest
         self.aux = []
         self.aux_flat = []    # several integers of one node (a block call with int arguments)
         self.args = []        # operand node ids, all nodes back to back
@@ -54,27 +56,25 @@ class Graph:
     def __len__(self):
         return len(self.sig)
 
-    def add(self, sig, out_type, depth, operands, aux, extra_outs=()):
+    def add(self, sig, out_type, operands, aux, extra_outs=()):
         """Append a node; returns its id. extra_outs: (sig, out_type) of a multi-output
         node's outputs 1.. (a block call), each appended right after it, reading it."""
         nid = len(self.sig)
         self.sig.append(sig)
         self.type.append(out_type)
-        self.depth.append(depth)
         self.aux.append(aux)
         self.args.extend(operands)
         self.arg_end.append(len(self.args))
         for out_sig, out_t in extra_outs:
             self.sig.append(out_sig)
             self.type.append(out_t)
-            self.depth.append(depth)
             self.aux.append(-1)
             self.args.append(nid)
             self.arg_end.append(len(self.args))
         return nid
 
     def delta(self, start):
-        """numpy arrays for nodes [start, n): sig, depth, aux, arg_ptr (0-based), args.
+        """numpy arrays for nodes [start, n): sig, aux, arg_ptr (0-based), args.
 
         No type array: a node's type is its signature's out_type, so a flush derives it per
         signature. np.fromiter with a known count is the fastest list -> array conversion.
@@ -84,8 +84,7 @@ class Graph:
         arg_ptr[0] = 0
         arg_ptr[1:] = _ints(self.arg_end, start)
         arg_ptr[1:] -= a0
-        return (_ints(self.sig, start), _ints(self.depth, start), _ints(self.aux, start),
-                arg_ptr, _ints(self.args, a0))
+        return _ints(self.sig, start), _ints(self.aux, start), arg_ptr, _ints(self.args, a0)
 
 
 def _ints(values, start):

@@ -44,6 +44,26 @@ def _assign_rows(order, bptr, type_local, is_input, n_out, sig_local, n_types):
 
 
 @njit(cache=True)
+def _depths(earlier, start, arg_ptr, args, is_input, passes_on):
+    """Depth per node of the delta [start, ...): 0 for an input, its operand's for an extra
+    output (passes_on), else 1 + its deepest operand's (`earlier`: flushed nodes' depths)."""
+    n = arg_ptr.shape[0] - 1
+    depth = np.empty(n, np.int64)
+    for v in range(n):
+        if is_input[v]:
+            depth[v] = 0
+            continue
+        d = 0
+        for k in range(arg_ptr[v], arg_ptr[v + 1]):
+            u = args[k]
+            du = depth[u - start] if u >= start else earlier[u]
+            if du > d:
+                d = du
+        depth[v] = d if passes_on[v] else d + 1
+    return depth
+
+
+@njit(cache=True)
 def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const):
     """For each (batch, operand position): how to gather the operand rows of the batch."""
     nb = bptr.shape[0] - 1
@@ -144,7 +164,7 @@ class Plan:
 
     def __init__(self, graph, start, policy, arenas, loc_arena, loc_row, is_const):
         self.start, self.stop = start, len(graph)
-        sig, depth, self.aux, arg_ptr, args = graph.delta(start)
+        sig, self.aux, arg_ptr, args = graph.delta(start)
         self.aux_flat = np.fromiter(graph.aux_flat, np.int64, len(graph.aux_flat))
         usig, sig_local = _compact(sig, len(signature.SIGS))
         sigs = [signature.SIGS[s] for s in usig.tolist()]
@@ -155,6 +175,8 @@ class Plan:
         # an extra output (node v + j of a multi-output node v) stands for v when scheduling
         out_index = np.array([s.attrs[0] if s.op is Output else 0 for s in sigs], np.int64)
         self.extra_output = out_index[sig_local] > 0    # per node: output j >= 1 of the node before
+        depth = _depths(graph.depths.view, start, arg_ptr, args, is_input, self.extra_output)
+        graph.depths.extend(depth)
         self.sig_n_out = n_out
         self.use_off, self.use = _input_use_tables(ops)
         args_local = np.maximum(args - start, -1)

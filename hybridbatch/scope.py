@@ -117,7 +117,6 @@ class batching:
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
         g = self.graph
         codes, ids = [], []
-        depth = 0
         for a in args:
             if a.__class__ is not Future:
                 if isinstance(a, Parameter):
@@ -132,9 +131,6 @@ class batching:
             i = a.id
             codes.append(g.type[i])
             ids.append(i)
-            d = g.depth[i]
-            if d > depth:
-                depth = d
         if not ids and op.needs_batched:
             return self.record(op, (self.record(ParamRead, args[:1], (), 0),) + tuple(args[1:]), attrs, aux)
         codes = tuple(codes)
@@ -145,20 +141,18 @@ class batching:
             else:
                 aux = op.index(aux)
                 op.check_aux(sig, aux)
-        return Future(self, self._add(sig, depth + 1, ids, aux))
+        return Future(self, self._add(sig, ids, aux))
 
-    def _add(self, sig, depth, ids, aux):
+    def _add(self, sig, ids, aux):
         g = self.graph
         if g.origin is not None:
             g.origin.append(_caller())
-        return g.add(sig.id, sig.out_type, depth, ids, aux)
+        return g.add(sig.id, sig.out_type, ids, aux)
 
-    def record_program(self, program, ids, depth, ints=()):
+    def record_program(self, program, ids, ints=()):
         """One node for a whole traced block call (block granularity), plus its extra outputs.
 
-        ids: the operand node ids; depth: the greatest of their depths (0 with none), which
-        the caller reads while it collects them. Returns one Future, or a tuple with one per
-        output. A call with neither values nor integers gives its kernel nothing to size a
+        ids: the operand node ids. Returns one Future, or a tuple with one per output. A call with neither values nor integers gives its kernel nothing to size a
         batch by, so its ops are recorded instead (as at op granularity).
         """
         if not ids and not ints:
@@ -175,7 +169,7 @@ class batching:
             aux = -1
         if g.origin is not None:
             g.origin.extend([_caller()] * (1 + len(program.extra_outs)))
-        nid = g.add(program.sig.id, program.sig.out_type, depth + 1, ids, aux, program.extra_outs)
+        nid = g.add(program.sig.id, program.sig.out_type, ids, aux, program.extra_outs)
         return program.make_futures(self, nid)
 
     def constant(self, value):
@@ -200,7 +194,7 @@ class batching:
             raise ScopeError("a Future from another batching scope was used here")
         value = backend.to_array(value)
         sig = signature.intern(Input, (signature.type_id(value.shape, value.dtype),), ())
-        nid = self._add(sig, 0, (), -1)
+        nid = self._add(sig, (), -1)
         self.graph.constants[nid] = value
         return Future(self, nid)
 

@@ -448,7 +448,7 @@ def trace(block, key, tracer):
             continue
         sig = signature.intern(Input, (a,), ())
         tracer.graph.origin.append("<block input>")     # origins stay aligned with node ids
-        inputs.append(Future(tracer, tracer.graph.add(sig.id, sig.out_type, 0, (), -1)))
+        inputs.append(Future(tracer, tracer.graph.add(sig.id, sig.out_type, (), -1)))
     n_inputs = len(tracer.graph)
     out = block.forward(*inputs)
     container = list if isinstance(out, list) else tuple if isinstance(out, tuple) else None

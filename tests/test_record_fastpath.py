@@ -41,6 +41,7 @@ def test_every_output_arity_gives_its_futures_and_values(n):
 
 
 def test_a_call_is_one_deeper_than_its_deepest_operand():
+    """Its extra outputs are as deep as it; an input is at depth 0."""
     block = Outputs(3)
     block.hybridize()
     x = np.ones(2, np.float32)
@@ -51,18 +52,23 @@ def test_a_call_is_one_deeper_than_its_deepest_operand():
         d = Outputs(None)
         d.hybridize()
         e = d(c[0])
-        depth = scope.graph.depth
+        e.asnumpy()                       # depths are the flush's
+        depth = scope.graph.depths.view
+        assert depth[0] == 0
         assert [depth[f.id] for f in a] == [1, 1, 1]
         assert [depth[f.id] for f in b] == [2, 2, 2]
         assert [depth[f.id] for f in c] == [3, 3, 3]
         assert depth[e.id] == 4
+        f = d(e)                          # a second flush reads the first's depths
+        f.asnumpy()
+        assert scope.graph.depths.view[f.id] == 5
+        assert len(scope.graph.depths.view) == len(scope.graph)
 
 
-def test_a_future_of_another_scope_is_refused_at_the_call():
-    block = Outputs(2)
-    block.hybridize()
-    with hb.batching(granularity="block"):
-        old = block(np.ones(2, np.float32))
-    with hb.batching(granularity="block"):
-        with pytest.raises(ScopeError, match="outside the batching scope"):
-            block(old[0])
+def test_op_granularity_depths_count_ops_and_a_parameter_read():
+    W = hb.Parameter("W", (2, 2))
+    with hb.batching(granularity="op") as scope:
+        y = hb.tanh(W @ np.ones(2, np.float32)) + hb.sum(hb.tanh(W))    # tanh(W) reads W first
+        y.asnumpy()
+    got = [(hb.signature.SIGS[s].op.name, d) for s, d in zip(scope.graph.sig, scope.graph.depths.view.tolist())]
+    assert got == [("input", 0), ("matmul", 1), ("tanh", 2), ("param", 1), ("tanh", 2), ("sum", 3), ("add", 4)]
