@@ -14,31 +14,36 @@ from numba import njit
 
 
 @njit(cache=True)
-def _row_max_and_sum(x, b):
-    """The row's max m and sum of exp(x - m); NaN or inf anywhere makes the sum NaN, as numpy does."""
+def _row_exp(x, b, e):
+    """The row's max m and sum s of e = exp(x - m) (float64, kept in e: backward divides
+    them by s instead of computing each exp twice, a libm call per element); NaN or inf
+    anywhere makes the sum NaN, as numpy does."""
     m = x[b, 0]
     for j in range(1, x.shape[1]):
         if x[b, j] > m:
             m = x[b, j]
     s = 0.0
     for j in range(x.shape[1]):
-        s += math.exp(x[b, j] - m)
+        e[j] = math.exp(x[b, j] - m)
+        s += e[j]
     return m, s
 
 
 @njit(cache=True)
 def _forward(x, labels, out):
+    e = np.empty(x.shape[1])
     for b in range(x.shape[0]):
-        m, s = _row_max_and_sum(x, b)
+        m, s = _row_exp(x, b, e)
         out[b] = math.log(s) + m - x[b, labels[b]]
 
 
 @njit(cache=True)
 def _backward(x, labels, gy, g):
+    e = np.empty(x.shape[1])
     for b in range(x.shape[0]):
-        m, s = _row_max_and_sum(x, b)
+        m, s = _row_exp(x, b, e)
         for j in range(x.shape[1]):
-            g[b, j] = math.exp(x[b, j] - m) / s * gy[b]
+            g[b, j] = e[j] / s * gy[b]
         g[b, labels[b]] -= gy[b]
 
 
@@ -82,20 +87,22 @@ def _logits(x, r, w, bias, z):
 @njit(cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 def _affine_forward(x, w, bias, labels, out):
     z = np.empty((1, w.shape[0]), out.dtype)
+    e = np.empty(w.shape[0])
     for r in range(x.shape[0]):
         _logits(x, r, w, bias, z)
-        m, s = _row_max_and_sum(z, 0)
+        m, s = _row_exp(z, 0, e)
         out[r] = math.log(s) + m - z[0, labels[r]]
 
 
 @njit(cache=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 def _affine_backward(x, w, bias, labels, gy, gx, gw, gbias):
     z = np.empty((1, w.shape[0]), gx.dtype)
+    e = np.empty(w.shape[0])
     for r in range(x.shape[0]):
         _logits(x, r, w, bias, z)
-        m, s = _row_max_and_sum(z, 0)
+        m, s = _row_exp(z, 0, e)
         for j in range(w.shape[0]):        # z becomes d loss / d logits
-            z[0, j] = math.exp(z[0, j] - m) / s * gy[r]
+            z[0, j] = e[j] / s * gy[r]
         z[0, labels[r]] -= gy[r]
         for k in range(w.shape[1]):
             gx[r, k] = 0
