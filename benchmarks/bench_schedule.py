@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.graph import Growable  # noqa: E402
-from hybridbatch.plan import Plan, _gather_specs, _write_constants  # noqa: E402
+from hybridbatch.plan import Plan, _gather_specs, _nodes, _write_constants  # noqa: E402
 from hybridbatch.plan_cache import CACHE  # noqa: E402
 from hybridbatch.schedule import GraphView, agenda, by_depth, lower_bound  # noqa: E402
 
@@ -174,10 +174,10 @@ def plan_ms(scope, repeat):
     ms, plan = timed(build, repeat)
     assert plan.n_batches == p0.n_batches and (plan.order == p0.order).all()
 
-    sig, _, _, arg_ptr, args = graph.delta(0)
+    sig, _, arg_ptr, args = _nodes(graph.delta(0), 0)
     arenas, loc_arena, loc_row, is_const = last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"]
     stages = {
-        "graph_delta": lambda: graph.delta(0),
+        "graph_delta": lambda: _nodes(graph.delta(0), 0),
         "schedule_cache_lookup": lambda: CACHE.schedule(agenda, plan.view, sig),
         "write_constants": lambda: _write_constants(constants, 0, arenas, 0, loc_arena.view, loc_row.view),
         "gather_specs": lambda: _gather_specs(plan.order, plan.bptr, arg_ptr, args, loc_arena.view,

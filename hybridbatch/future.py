@@ -5,7 +5,7 @@ from . import signature
 
 
 class Future:
-    """(scope, node id) and nothing else: shape and dtype come from the node's signature."""
+    """(scope, node id) and nothing else: shape and dtype come from the node's type."""
 
     __slots__ = ("scope", "id")
 
@@ -14,16 +14,12 @@ class Future:
         self.id = nid
 
     @property
-    def _sig(self):
-        return signature.SIGS[self.scope.graph.sig[self.id]]
-
-    @property
     def shape(self):
-        return self._sig.out_shape
+        return signature.TYPES[self.scope.graph.type[self.id]][0]
 
     @property
     def dtype(self):
-        return self._sig.out_dtype
+        return signature.TYPES[self.scope.graph.type[self.id]][1]
 
     @property
     def ndim(self):

@@ -26,65 +26,72 @@ class Growable:
         self.data[self.n:self.n + k] = values
         self.n += k
 
+    def write(self, start, values):
+        """values at [start, start + len(values)), and nothing after: what a rebuilt flush
+        writes replaces what the first build wrote."""
+        self.n = start
+        self.extend(values)
+
     @property
     def view(self):
         return self.data[:self.n]
 
 
 class Graph:
-    """Per node: signature id, output type id, operand ids (CSR) and one integer aux; and,
-    once flushed, its depth.
+    """Per recorded call: signature id, operand ids (CSR) and one integer aux. Per node:
+    output type id and, once flushed, depth.
 
-    type[i] is always SIGS[sig[i]].out_type (kept for recording's operand lookups).
-
-    A node that carries several integers stores them in aux_flat; its aux is their offset.
+    A call is one node, except a block call of k outputs: nodes nid..nid+k-1, the call's
+    and one `Output` node per further output (reading the call's). Recording appends such a
+    call once (with its k types); the flush expands it into its nodes (`plan._expand_calls`),
+    a third of the list appends a W1 block call made as nodes. A call that carries several
+    integers stores them in aux_flat; its aux is their offset.
     """
 
-    __slots__ = ("sig", "type", "depths", "aux", "aux_flat", "args", "arg_end", "constants", "origin")
+    __slots__ = ("sig", "type", "depths", "aux", "aux_flat", "args", "arg_end", "constants", "origin",
+                 "_first_call")
 
     def __init__(self, track_origin=False):
-        self.sig = []
-        self.type = []
+        self.sig = []         # per call
+        self.type = []        # per node
         self.depths = Growable(np.int64)    # per flushed node: 0 for inputs, else 1 + its operands' deepest
-        self.aux = []
-        self.aux_flat = []    # several integers of one node (a block call with int arguments)
-        self.args = []        # operand node ids, all nodes back to back
-        self.arg_end = []     # node i's operands are args[arg_end[i-1]:arg_end[i]]
+        self.aux = []         # per call
+        self.aux_flat = []    # several integers of one call (a block call with int arguments)
+        self.args = []        # operand node ids, all calls back to back
+        self.arg_end = []     # call c's operands are args[arg_end[c-1]:arg_end[c]]
         self.constants = {}   # node id -> value, for input nodes not yet flushed
         self.origin = [] if track_origin else None   # "file:line" per node, for error messages
+        self._first_call = {0: 0}   # node id where a flush starts -> its first call
 
     def __len__(self):
-        return len(self.sig)
+        """The number of nodes."""
+        return len(self.type)
 
-    def add(self, sig, out_type, operands, aux, extra_outs=()):
-        """Append a node; returns its id. extra_outs: (sig, out_type) of a multi-output
-        node's outputs 1.. (a block call), each appended right after it, reading it."""
-        nid = len(self.sig)
+    def add(self, sig, out_types, operands, aux):
+        """Append a call of one node per type in out_types (a tuple); returns the first's id."""
+        nid = len(self.type)
         self.sig.append(sig)
-        self.type.append(out_type)
+        self.type.extend(out_types)
         self.aux.append(aux)
         self.args.extend(operands)
         self.arg_end.append(len(self.args))
-        for out_sig, out_t in extra_outs:
-            self.sig.append(out_sig)
-            self.type.append(out_t)
-            self.aux.append(-1)
-            self.args.append(nid)
-            self.arg_end.append(len(self.args))
         return nid
 
     def delta(self, start):
-        """numpy arrays for nodes [start, n): sig, aux, arg_ptr (0-based), args.
+        """numpy arrays for the calls of nodes [start, n): sig, aux, arg_ptr (0-based),
+        args; start is where the last delta ended (or 0).
 
         No type array: a node's type is its signature's out_type, so a flush derives it per
         signature. np.fromiter with a known count is the fastest list -> array conversion.
         """
-        a0 = self.arg_end[start - 1] if start else 0
-        arg_ptr = np.empty(len(self.sig) - start + 1, np.int64)
+        c0 = self._first_call[start]
+        a0 = self.arg_end[c0 - 1] if c0 else 0
+        arg_ptr = np.empty(len(self.sig) - c0 + 1, np.int64)
         arg_ptr[0] = 0
-        arg_ptr[1:] = _ints(self.arg_end, start)
+        arg_ptr[1:] = _ints(self.arg_end, c0)
         arg_ptr[1:] -= a0
-        return _ints(self.sig, start), _ints(self.aux, start), arg_ptr, _ints(self.args, a0)
+        self._first_call[len(self.type)] = len(self.sig)
+        return _ints(self.sig, c0), _ints(self.aux, c0), arg_ptr, _ints(self.args, a0)
 
 
 def _ints(values, start):

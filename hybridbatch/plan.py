@@ -44,6 +44,57 @@ def _assign_rows(order, bptr, type_local, is_input, n_out, sig_local, n_types):
 
 
 @njit(cache=True)
+def _expand_calls(sig, aux, arg_ptr, args, start, local, n_extra, extra_sig):
+    """Per node sig, aux, arg_ptr and args of the calls (graph.delta) from node start on:
+    a call is its node, then one node per extra output (local: the call's compact
+    signature; n_extra, extra_sig: per compact signature, its extra outputs' sig ids),
+    each with aux -1 and the call's node as its one operand."""
+    n_calls = sig.shape[0]
+    n = n_calls
+    for c in range(n_calls):
+        n += n_extra[local[c]]
+    node_sig = np.empty(n, np.int64)
+    node_aux = np.empty(n, np.int64)
+    node_ptr = np.empty(n + 1, np.int64)
+    node_args = np.empty(args.shape[0] + n - n_calls, np.int64)
+    node_ptr[0] = 0
+    v = a = 0
+    for c in range(n_calls):
+        node_sig[v] = sig[c]
+        node_aux[v] = aux[c]
+        for k in range(arg_ptr[c], arg_ptr[c + 1]):
+            node_args[a] = args[k]
+            a += 1
+        v += 1
+        node_ptr[v] = a
+        owner = start + v - 1
+        s = local[c]
+        for j in range(n_extra[s]):
+            node_sig[v] = extra_sig[s, j]
+            node_aux[v] = -1
+            node_args[a] = owner
+            a += 1
+            v += 1
+            node_ptr[v] = a
+    return node_sig, node_aux, node_ptr, node_args
+
+
+def _nodes(calls, start):
+    """graph.delta's per-call arrays (sig, aux, arg_ptr, args) as per-node arrays."""
+    sig = calls[0]
+    usig, local = _compact(sig, len(signature.SIGS))
+    extras = [[s.id for s in op.program.extra_out_sigs] if op.n_out > 1 else []
+              for op in (signature.SIGS[s].op for s in usig.tolist())]
+    n_extra = np.array([len(e) for e in extras], np.int64)
+    if not n_extra.any():
+        return calls
+    extra_sig = np.zeros((len(extras), n_extra.max()), np.int64)
+    for s, e in enumerate(extras):
+        extra_sig[s, :len(e)] = e
+    return _expand_calls(*calls, start, local, n_extra, extra_sig)
+
+
+@njit(cache=True)
 def _depths(earlier, start, arg_ptr, args, is_input, passes_on):
     """Depth per node of the delta [start, ...): 0 for an input, its operand's for an extra
     output (passes_on), else 1 + its deepest operand's (`earlier`: flushed nodes' depths)."""
@@ -164,7 +215,7 @@ class Plan:
 
     def __init__(self, graph, start, policy, arenas, loc_arena, loc_row, is_const):
         self.start, self.stop = start, len(graph)
-        sig, self.aux, arg_ptr, args = graph.delta(start)
+        sig, self.aux, arg_ptr, args = _nodes(graph.delta(start), start)
         self.aux_flat = np.fromiter(graph.aux_flat, np.int64, len(graph.aux_flat))
         usig, sig_local = _compact(sig, len(signature.SIGS))
         sigs = [signature.SIGS[s] for s in usig.tolist()]
@@ -176,7 +227,7 @@ class Plan:
         out_index = np.array([s.attrs[0] if s.op is Output else 0 for s in sigs], np.int64)
         self.extra_output = out_index[sig_local] > 0    # per node: output j >= 1 of the node before
         depth = _depths(graph.depths.view, start, arg_ptr, args, is_input, self.extra_output)
-        graph.depths.extend(depth)
+        graph.depths.write(start, depth)
         self.sig_n_out = n_out
         self.use_off, self.use = _input_use_tables(ops)
         args_local = np.maximum(args - start, -1)

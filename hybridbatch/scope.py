@@ -147,7 +147,7 @@ class batching:
         g = self.graph
         if g.origin is not None:
             g.origin.append(_caller())
-        return g.add(sig.id, sig.out_type, ids, aux)
+        return g.add(sig.id, (sig.out_type,), ids, aux)
 
     def record_program(self, program, ids, ints=()):
         """One node for a whole traced block call (block granularity), plus its extra outputs.
@@ -168,8 +168,8 @@ class batching:
         else:
             aux = -1
         if g.origin is not None:
-            g.origin.extend([_caller()] * (1 + len(program.extra_outs)))
-        nid = g.add(program.sig.id, program.sig.out_type, ids, aux, program.extra_outs)
+            g.origin.extend([_caller()] * len(program.out_types))
+        nid = g.add(program.sig.id, program.out_types, ids, aux)
         return program.make_futures(self, nid)
 
     def constant(self, value):
@@ -233,7 +233,7 @@ class batching:
 
     def backward(self, nid):
         """Gradients of scalar node nid into the Parameters it depends on."""
-        shape = signature.SIGS[self.graph.sig[nid]].out_shape
+        shape = signature.TYPES[self.graph.type[nid]][0]
         if shape != ():
             raise ValueError(f"backward() needs a scalar; this value has shape {shape}")
         if nid >= self.flushed:

@@ -115,6 +115,8 @@ class Program:
         self.in_types = tuple(graph.type[:n_inputs])
         self.consts = [(slot, value) for slot, value in graph.constants.items()]
         self.outputs = tuple(outputs)
+        # a trace records ops (a nested block runs inline), so each of its calls is one node
+        assert len(graph.sig) == len(graph), "a traced graph holds a multi-output call"
         steps = []
         for slot in range(n_inputs, len(graph)):
             sig = signature.SIGS[graph.sig[slot]]
@@ -145,7 +147,6 @@ class Program:
         self.op.id = next(_composite_ids)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
         self.extra_out_sigs = [signature.intern(Output, (j, t), ()) for j, t in enumerate(self.out_types) if j]
-        self.extra_outs = tuple((s.id, s.out_type) for s in self.extra_out_sigs)
 
     # -- block granularity: all steps on the stacked batch --------------------------------
     def _aux(self, op, code, ints, size):
@@ -448,7 +449,7 @@ def trace(block, key, tracer):
             continue
         sig = signature.intern(Input, (a,), ())
         tracer.graph.origin.append("<block input>")     # origins stay aligned with node ids
-        inputs.append(Future(tracer, tracer.graph.add(sig.id, sig.out_type, (), -1)))
+        inputs.append(Future(tracer, tracer.graph.add(sig.id, (sig.out_type,), (), -1)))
     n_inputs = len(tracer.graph)
     out = block.forward(*inputs)
     container = list if isinstance(out, list) else tuple if isinstance(out, tuple) else None
