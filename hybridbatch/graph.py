@@ -90,7 +90,7 @@ class Graph:
         arg_ptr[0] = 0
         arg_ptr[1:] = _ints(self.arg_end, c0)
         arg_ptr[1:] -= a0
-        self._first_call[len(self.type)] = len(self.sig)
+        self._first_call = {start: c0, len(self.type): len(self.sig)}   # this delta again, or the next
         return _ints(self.sig, c0), _ints(self.aux, c0), arg_ptr, _ints(self.args, a0)
 
 

@@ -72,3 +72,18 @@ def test_op_granularity_depths_count_ops_and_a_parameter_read():
         y.asnumpy()
     got = [(hb.signature.SIGS[s].op.name, d) for s, d in zip(scope.graph.sig, scope.graph.depths.view.tolist())]
     assert got == [("input", 0), ("matmul", 1), ("tanh", 2), ("param", 1), ("tanh", 2), ("sum", 3), ("add", 4)]
+
+
+def test_graph_delta_gives_each_flush_its_calls_and_can_give_them_again():
+    """A call of k outputs is one call and k nodes; a flush rebuilt after a failure asks for
+    the same delta again."""
+    from hybridbatch.graph import Graph
+    g = Graph()
+    assert g.add(7, (1,), (), -1) == 0                  # an input
+    assert g.add(8, (1, 2, 3), (0,), 5) == 1           # a block call of three outputs: nodes 1-3
+    first = g.delta(0)
+    assert len(g) == 4 and [a.tolist() for a in first] == [[7, 8], [-1, 5], [0, 0, 1], [0]]
+    assert g.add(9, (1,), (3, 1), -1) == 4
+    second = g.delta(4)
+    again = g.delta(4)
+    assert [a.tolist() for a in second] == [a.tolist() for a in again] == [[9], [-1], [0, 2], [3, 1]]
