@@ -84,7 +84,10 @@ class Graph:
         No type array: a node's type is its signature's out_type, so a flush derives it per
         signature. np.fromiter with a known count is the fastest list -> array conversion.
         """
-        c0 = self._first_call[start]
+        c0 = self._first_call.get(start)
+        if c0 is None:
+            raise ValueError(f"graph.delta({start}): a delta starts where the last one began or ended "
+                             f"({sorted(self._first_call)})")
         a0 = self.arg_end[c0 - 1] if c0 else 0
         arg_ptr = np.empty(len(self.sig) - c0 + 1, np.int64)
         arg_ptr[0] = 0

@@ -454,3 +454,15 @@ def test_wide_vectors_stay_inside_fused_kernels(tmp_path):
     before, after = json.loads(out.stdout.strip().splitlines()[-1])
     assert before == after
     assert list(tmp_path.glob("fused_*.py")), "the fused kernels were not compiled in that process"
+
+
+@pytest.mark.parametrize("env, wide", [({"ENABLE_AVX": False}, False),
+                                       ({"CPU_FEATURES": "+avx2,+fma"}, False),
+                                       ({"CPU_FEATURES": "+avx2,+avx512f"}, True),
+                                       ({"CPU_NAME": "generic"}, False)])
+def test_wide_vectors_follow_numbas_target_not_only_the_host(monkeypatch, env, wide):
+    """A user who sets NUMBA_CPU_NAME/NUMBA_CPU_FEATURES (say, for a cache shared between
+    machines) or turns AVX off gets LLVM's width unless that target has AVX-512."""
+    for name, value in env.items():
+        monkeypatch.setattr(fused.numba_config, name, value)
+    assert fused._targets_avx512() is wide

@@ -87,3 +87,13 @@ def test_graph_delta_gives_each_flush_its_calls_and_can_give_them_again():
     second = g.delta(4)
     again = g.delta(4)
     assert [a.tolist() for a in second] == [a.tolist() for a in again] == [[9], [-1], [0, 2], [3, 1]]
+
+
+def test_a_future_of_another_scope_is_refused_at_the_call():
+    block = Outputs(2)
+    block.hybridize()
+    with hb.batching(granularity="block"):
+        old = block(np.ones(2, np.float32))
+    with hb.batching(granularity="block"):
+        with pytest.raises(ScopeError, match="outside the batching scope"):
+            block(old[0])

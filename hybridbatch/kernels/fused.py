@@ -19,6 +19,7 @@ import pathlib
 import sys
 
 import llvmlite.binding as llvm
+from numba.core import config as numba_config
 from numba.core.compiler_lock import global_compiler_lock
 
 from .. import signature
@@ -75,7 +76,22 @@ _JIT = '@njit(cache=True, error_model="numpy", fastmath=FAST)'
 # faster, with the same results (lanes are independent). The vector width is a global LLVM
 # option, so it is set only while numba compiles a fused kernel (under numba's compiler
 # lock) and put back to LLVM's default after: the user's other numba code never sees it.
-WIDE_VECTORS = llvm.get_host_cpu_features().get("avx512f", False)
+def _targets_avx512():
+    """Whether numba compiles for a CPU with AVX-512: the host, unless NUMBA_CPU_FEATURES,
+    NUMBA_CPU_NAME or NUMBA_ENABLE_AVX=0 chose another target (a portable cache, say)."""
+    if not numba_config.ENABLE_AVX:
+        return False
+    if numba_config.CPU_FEATURES is not None:
+        return "+avx512f" in numba_config.CPU_FEATURES.split(",")
+    if numba_config.CPU_NAME not in (None, "host"):
+        return False        # a named CPU: its width is left to LLVM
+    try:
+        return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    except RuntimeError:    # LLVM cannot tell on this host
+        return False
+
+
+WIDE_VECTORS = _targets_avx512()
 _DEFAULT_WIDTH = 0      # -force-vector-width=0: the vectorizer's cost model picks
 
 
