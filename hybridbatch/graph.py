@@ -79,7 +79,8 @@ class Graph:
 
     def delta(self, start):
         """numpy arrays for the calls of nodes [start, n): sig, aux, arg_ptr (0-based),
-        args; start is where the last delta ended (or 0).
+        args. start is where the last delta ended (the next flush), or where it began (the
+        same flush built again after a failure); 0 at first.
 
         No type array: a node's type is its signature's out_type, so a flush derives it per
         signature. np.fromiter with a known count is the fastest list -> array conversion.
