@@ -150,10 +150,12 @@ class batching:
         return g.add(sig.id, (sig.out_type,), ids, aux)
 
     def record_program(self, program, ids, ints=()):
-        """One node for a whole traced block call (block granularity), plus its extra outputs.
+        """One graph call for a whole traced block call (block granularity): a node per
+        output, the flush expanding the call into them.
 
-        ids: the operand node ids. Returns one Future, or a tuple with one per output. A call with neither values nor integers gives its kernel nothing to size a
-        batch by, so its ops are recorded instead (as at op granularity).
+        ids: the operand node ids. Returns one Future, or a tuple with one per output. A
+        call with neither values nor integers gives its kernel nothing to size a batch by,
+        so its ops are recorded instead (as at op granularity).
         """
         if not ids and not ints:
             return program.replay(self.record, self.constant, [])
