@@ -10,7 +10,7 @@ from hybridbatch.models import TreeLSTMSentiment
 needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded: not installed (pip install 'hybridbatch[mkl]') or HYBRIDBATCH_BLAS=numpy")
 
 
-@pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl)])
+@pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl), pytest.param("auto", marks=needs_mkl)])
 def library(request):
     before = blas.name()
     blas.use(request.param)
@@ -104,8 +104,51 @@ def test_batched_tree_model_under_mkl_equals_eager_under_numpy():
 
 
 def test_use_names_the_choices():
-    with pytest.raises(ValueError, match="expected 'mkl' or 'numpy'"):
+    with pytest.raises(ValueError, match="expected 'auto', 'mkl' or 'numpy'"):
         blas.use("openblas")
+
+
+@pytest.fixture
+def auto_mode():
+    before = blas.name()
+    blas.use("auto")
+    yield
+    blas.use(before)
+
+
+@needs_mkl
+@pytest.mark.parametrize("measured", ["mkl", "numpy"])
+def test_auto_sends_large_products_to_the_measured_library_and_small_ones_to_mkl(auto_mode, monkeypatch, measured):
+    monkeypatch.setattr(blas, "_large", measured)
+    calls = []
+    call = blas._call
+    monkeypatch.setattr(blas, "_call", lambda lib, *rest: calls.append(rest[1].shape) or call(lib, *rest))
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((blas.LARGE, 96)).astype(np.float32)
+    small = rng.standard_normal((blas.LARGE - 1, blas.LARGE)).astype(np.float32)
+    large = rng.standard_normal((blas.LARGE, blas.LARGE)).astype(np.float32)
+    grad = np.zeros((blas.LARGE, 96), np.float32)
+    for x in (small, large):
+        np.testing.assert_allclose(blas.gemm(x, w), x @ w, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(blas.shared_product(x, w), x @ w, rtol=1e-5, atol=1e-4)
+    blas.add_product(grad, large.T, large @ w)       # a weight's gradient over LARGE rows
+    np.testing.assert_allclose(grad, large.T @ (large @ w), rtol=1e-4, atol=1e-2)
+    by_mkl = [small.shape] * 2 + ([large.shape] * 2 + [(blas.LARGE, blas.LARGE)] if measured == "mkl" else [])
+    assert calls == by_mkl
+    assert blas.large_library() == measured
+
+
+@needs_mkl
+def test_large_library_follows_the_mode(auto_mode, monkeypatch):
+    monkeypatch.setattr(blas, "_large", None)
+    measured = blas.large_library()          # times both libraries once
+    assert measured in ("mkl", "numpy") and blas._large == measured
+    monkeypatch.setattr(blas, "_faster_on_large", lambda: pytest.fail("measured twice"))
+    assert blas.large_library() == measured
+    blas.use("mkl")
+    assert blas.large_library() == "mkl" and blas.name() == "mkl"
+    blas.use("numpy")
+    assert blas.large_library() == "numpy" and blas.name() == "numpy"
 
 
 def test_use_mkl_without_mkl_says_how_to_get_it(monkeypatch):

@@ -82,6 +82,7 @@ def machine_info():
         "thread_settings": thread_settings(),
         "blas_threads": _blas_threads(),
         "host_products": blas.name(),
+        "large_products": blas.large_library(),
         "mkl": blas.version(),
         "load_average_start": load_average(),
         "git": _git_revision(),

@@ -5,6 +5,12 @@ SPLIT_NAMES = {"record": "recording", "schedule": "scheduling", "forward": "forw
                "backward": "backward", "update": "update", "read": "reading", "other": "other"}
 
 
+def _products(m):
+    """The BLAS mode, and in "auto" where large products went."""
+    mode = m.get("host_products", "numpy")
+    return f"{mode} (large ones: {m['large_products']})" if mode == "auto" and "large_products" in m else mode
+
+
 def _fmt(x, spec=".1f", none="-"):
     return none if x is None else format(x, spec)
 
@@ -42,7 +48,7 @@ def format_result(res):
     if m:
         threads = ", ".join(f"{k.split('_')[0]}={v}" for k, v in m["thread_settings"].items())
         lines.append(f"machine: {m['cpu_model']}; {m['cpus_usable']} usable CPUs; threads {threads}; "
-                     f"numpy {m['numpy']}, numba {m['numba']}; host products: {m.get('host_products', 'numpy')}")
+                     f"numpy {m['numpy']}, numba {m['numba']}; host products: {_products(m)}")
     la = res.get("load_average") or {}
     if la.get("start") and la.get("end"):
         lines.append(f"load average (1 min) at start {la['start'][0]:.2f}, at end {la['end'][0]:.2f}")

@@ -7,16 +7,23 @@ packed GEMM (`cblas_sgemm_pack` + `cblas_sgemm_compute`) packs a weight once and
 inside `packing()` (one forward run, one backward run) a shared weight is packed on its
 second product and dropped at the end, so nothing stale survives a parameter update.
 
-`use("numpy")` or HYBRIDBATCH_BLAS=numpy turns MKL off. MKL follows MKL_NUM_THREADS; when
-that (or OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no OpenMP runtime joins
-the process. Only float32/float64 C- or Fortran-ordered operands on the host go to MKL; anything else
-(cupy arrays, other dtypes, odd strides) is numpy's.
+Why not MKL alone: on some CPUs numpy's OpenBLAS runs large products faster (an AMD EPYC
+here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up, while MKL stays ahead below 16).
+In the default mode, "auto", a large product (every dimension at least `LARGE`) goes to the
+library that ran one faster in this process (`large_library()`, measured once on first
+need); smaller ones, and every packed weight, go to MKL. `use("mkl")` sends every product to
+MKL, `use("numpy")` none; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at import, and
+=numpy also keeps MKL from loading. MKL follows MKL_NUM_THREADS; when that (or
+OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no OpenMP runtime joins the
+process. Only float32/float64 C- or Fortran-ordered operands on the host go to MKL; anything
+else (cupy arrays, other dtypes, odd strides) is numpy's.
 """
 import contextlib
 import ctypes
 import ctypes.util
 import os
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -28,6 +35,9 @@ THREADING_SEQUENTIAL = 1
 INTERFACE_LP64 = 0
 SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by numpy (shared_product)
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
+LARGE = 64              # a product whose every dimension is at least this is large (large_library)
+LARGE_MARGIN = 0.95     # numpy gets large products when it takes at most this share of MKL's time
+MODES = ("auto", "mkl", "numpy")
 
 
 def _library_path():
@@ -71,13 +81,19 @@ class _MKL:
             self.compute[dt].argtypes = [i, i, i, i, i, i, p, i, p, i, real, p, i]
 
 
+def _mode():
+    """The mode HYBRIDBATCH_BLAS asks for (an unknown one warns and is "auto")."""
+    choice = os.environ.get("HYBRIDBATCH_BLAS", "").lower() or "auto"
+    if choice not in MODES:
+        warnings.warn(f"HYBRIDBATCH_BLAS={choice!r} is not 'auto', 'mkl' or 'numpy'; using 'auto' (MKL where "
+                      f"it is available)", stacklevel=3)
+        return "auto"
+    return choice
+
+
 def _load():
-    choice = os.environ.get("HYBRIDBATCH_BLAS", "").lower()
-    if choice == "numpy":
+    if _mode() == "numpy":
         return None
-    if choice not in ("", "mkl"):
-        warnings.warn(f"HYBRIDBATCH_BLAS={choice!r} is neither 'numpy' nor 'mkl'; using MKL where it is "
-                      f"available", stacklevel=2)
     path = _library_path()
     if not path:
         return None
@@ -96,8 +112,8 @@ def _load():
 
 
 def name():
-    """"mkl" or "numpy": the library host products go to."""
-    return "mkl" if _active is not None else "numpy"
+    """The mode in use: "auto" (MKL, large products by `large_library()`), "mkl" or "numpy"."""
+    return "numpy" if _active is None else "mkl" if _pinned else "auto"
 
 
 def available():
@@ -111,17 +127,56 @@ def version():
 
 
 def use(which):
-    """Send host products to "mkl" (when available) or "numpy"."""
-    global _active
-    if which == "numpy":
-        _active = None
-    elif which == "mkl":
-        if _mkl is None:
-            raise RuntimeError("MKL is not available: install the `mkl` package (pip install 'hybridbatch[mkl]'), "
-                               "and do not set HYBRIDBATCH_BLAS=numpy")
-        _active = _mkl
-    else:
-        raise ValueError(f"unknown BLAS {which!r}; expected 'mkl' or 'numpy'")
+    """Send host products to MKL ("mkl"), to numpy ("numpy"), or to MKL with large ones by
+    `large_library()` ("auto"; numpy alone when MKL is not available)."""
+    global _active, _pinned
+    if which not in MODES:
+        raise ValueError(f"unknown BLAS {which!r}; expected 'auto', 'mkl' or 'numpy'")
+    if which == "mkl" and _mkl is None:
+        raise RuntimeError("MKL is not available: install the `mkl` package (pip install 'hybridbatch[mkl]'), "
+                           "and do not set HYBRIDBATCH_BLAS=numpy")
+    _active = None if which == "numpy" else _mkl
+    _pinned = which == "mkl"
+
+
+def large_library():
+    """"mkl" or "numpy": where large products go. In "auto" the first call times one
+    256x512 @ 512x1280 float32 product by each (interleaved, best of 5, ~30 ms) and numpy
+    wins only by a clear margin (LARGE_MARGIN), so that timing noise rarely flips it."""
+    global _large
+    if _active is None:
+        return "numpy"
+    if _pinned:
+        return "mkl"
+    if _large is None:
+        with _measuring:
+            if _large is None:
+                _large = _faster_on_large()
+    return _large
+
+
+def _faster_on_large(rounds=5):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((256, 512), dtype=np.float32)
+    b = rng.standard_normal((512, 1280), dtype=np.float32)
+    out = np.empty((256, 1280), np.float32)
+    ops = _mkl_operands(_mkl, a, b)
+    products = {"mkl": lambda: _call(_mkl, ops, a, b, 0.0, out), "numpy": lambda: np.matmul(a, b, out=out)}
+    best = dict.fromkeys(products, float("inf"))
+    for r in range(rounds + 1):        # round 0 warms both up
+        for lib, product in products.items():
+            t0 = time.perf_counter()
+            product()
+            if r:
+                best[lib] = min(best[lib], time.perf_counter() - t0)
+    return "numpy" if best["numpy"] <= LARGE_MARGIN * best["mkl"] else "mkl"
+
+
+def _library(a, b):
+    """MKL or None (numpy) for a @ b in the mode in use."""
+    if _active is None or _pinned or a.ndim != 2 or b.ndim != 2 or min(a.shape[0], a.shape[1], b.shape[1]) < LARGE:
+        return _active
+    return _active if (_large or large_library()) == "mkl" else None
 
 
 @contextlib.contextmanager
@@ -165,18 +220,19 @@ def _usable(lib, a, b):
 def gemm(a, b, library=None):
     """a @ b for 2-D arrays; transposed views (a.T) cost no copy. `library`: "mkl" or
     "numpy" for this product only (the benchmark's reference rate), else the one in use."""
-    return _gemm(_active if library is None else {"mkl": _mkl, "numpy": None}[library], a, b)
+    return _gemm(_library(a, b) if library is None else {"mkl": _mkl, "numpy": None}[library], a, b)
 
 
 def add_product(c, a, b):
     """c += a @ b in place. With MKL one GEMM with beta=1 when c is a C-contiguous host
     array of the product's dtype: no product temporary and no second pass over c (a
     weight's gradient: 2.6 MB for W1's U). c must not overlap a or b."""
-    ops = _mkl_operands(_active, a, b)
+    lib = _library(a, b)
+    ops = _mkl_operands(lib, a, b)
     if ops is None or not _accumulator(c, a, b):
         c += a @ b
     else:
-        _call(_active, ops, a, b, 1.0, c)
+        _call(lib, ops, a, b, 1.0, c)
 
 
 def _accumulator(c, a, b):
@@ -248,7 +304,7 @@ def shared_product(x, w):
     """
     if w.shape[0] * w.shape[1] < SMALL_WEIGHT and isinstance(x, np.ndarray):
         return x @ w
-    if not _usable(_active, x, w) or 0 in x.shape or w.shape[1] == 0:
+    if not _usable(_library(x, w), x, w) or 0 in x.shape or w.shape[1] == 0:
         if x.shape[0] >= 64 or not isinstance(x, np.ndarray):
             return x @ w
         return np.ascontiguousarray((w.T @ x.T).T)
@@ -268,5 +324,8 @@ def shared_product(x, w):
 
 
 _mkl = _load()
-_active = _mkl
+_active = _mkl      # MKL for small products and packed weights, or None: numpy for all
+_pinned = _mkl is not None and os.environ.get("HYBRIDBATCH_BLAS", "").lower() == "mkl"  # large products too
+_large = None       # "auto": large_library()'s measured choice
+_measuring = threading.Lock()
 _state = threading.local()
