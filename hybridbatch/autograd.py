@@ -151,12 +151,13 @@ def _own_gemm_rows(p, xp):
     m + n numbers (p is m x n); a GEMM of its own passes over p's m x n gradient once more.
     With MKL summing into it (beta=1) that pays from about a third of m*n / (m+n) rows: 122
     for W1's U (1280x512; exit path A/B 0.968 against stacking all). numpy's grad += G^T X
-    makes and adds a product per GEMM: where large products go to numpy every part is
+    makes and adds a product per GEMM: where numpy would take such a part every part is
     stacked (own GEMMs: 1.017)."""
-    if blas.large_library() != "mkl" or xp is not np:
-        return math.inf
     m, n = p.shape
-    return m * n / (3 * (m + n))
+    own = m * n / (3 * (m + n))
+    if xp is not np or not blas.mkl_sums(m, own, n):
+        return math.inf
+    return own
 
 
 def _stacked(parts, xp):

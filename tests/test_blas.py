@@ -1,4 +1,6 @@
 """Host matrix products (kernels/blas.py): MKL's packed and plain GEMM against numpy."""
+import math
+
 import numpy as np
 import pytest
 
@@ -117,38 +119,47 @@ def auto_mode():
 
 
 @needs_mkl
-@pytest.mark.parametrize("measured", ["mkl", "numpy"])
-def test_auto_sends_large_products_to_the_measured_library_and_small_ones_to_mkl(auto_mode, monkeypatch, measured):
-    monkeypatch.setattr(blas, "_large", measured)
+@pytest.mark.parametrize("numpy_from", [(32, math.inf), (math.inf, 32), (0, 0)])
+def test_auto_sends_products_by_their_size_and_the_weight_layout(auto_mode, monkeypatch, numpy_from):
+    """numpy_from: rows from which numpy takes a product with a C-ordered / transposed
+    right operand (every dimension reaching it); MKL takes the rest."""
+    monkeypatch.setattr(blas, "_numpy_from", numpy_from)
     calls = []
     call = blas._call
     monkeypatch.setattr(blas, "_call", lambda lib, *rest: calls.append(rest[1].shape) or call(lib, *rest))
     rng = np.random.default_rng(5)
-    w = rng.standard_normal((blas.LARGE, 96)).astype(np.float32)
-    small = rng.standard_normal((blas.LARGE - 1, blas.LARGE)).astype(np.float32)
-    large = rng.standard_normal((blas.LARGE, blas.LARGE)).astype(np.float32)
-    grad = np.zeros((blas.LARGE, 96), np.float32)
-    for x in (small, large):
-        np.testing.assert_allclose(blas.gemm(x, w), x @ w, rtol=1e-5, atol=1e-4)
-        np.testing.assert_allclose(blas.shared_product(x, w), x @ w, rtol=1e-5, atol=1e-4)
-    blas.add_product(grad, large.T, large @ w)       # a weight's gradient over LARGE rows
-    np.testing.assert_allclose(grad, large.T @ (large @ w), rtol=1e-4, atol=1e-2)
-    by_mkl = [small.shape] * 2 + ([large.shape] * 2 + [(blas.LARGE, blas.LARGE)] if measured == "mkl" else [])
-    assert calls == by_mkl
-    assert blas.large_library() == measured
+    w = rng.standard_normal((96, 64)).astype(np.float32)
+    expected = []
+    for rows in (31, 32):
+        x = rng.standard_normal((rows, 96)).astype(np.float32)
+        g = rng.standard_normal((rows, 64)).astype(np.float32)
+        for a, b in ((x, w), (g, w.T)):
+            np.testing.assert_allclose(blas.gemm(a, b), a @ b, rtol=1e-5, atol=1e-4)
+            if rows < numpy_from[b is not w]:
+                expected.append(a.shape)
+    grad = np.zeros((64, 96), np.float32)
+    x = rng.standard_normal((32, 96)).astype(np.float32)
+    g = rng.standard_normal((32, 64)).astype(np.float32)
+    blas.add_product(grad, g.T, x)       # a weight's gradient over 32 rows
+    np.testing.assert_allclose(grad, g.T @ x, rtol=1e-4, atol=1e-3)
+    if 32 < numpy_from[0]:
+        expected.append((64, 32))
+    assert blas.mkl_sums(64, 32, 96) == (32 < numpy_from[0])
+    assert calls == expected
+    assert blas.numpy_from() == numpy_from
 
 
 @needs_mkl
-def test_large_library_follows_the_mode(auto_mode, monkeypatch):
-    monkeypatch.setattr(blas, "_large", None)
-    measured = blas.large_library()          # times both libraries once
-    assert measured in ("mkl", "numpy") and blas._large == measured
-    monkeypatch.setattr(blas, "_faster_on_large", lambda: pytest.fail("measured twice"))
-    assert blas.large_library() == measured
+def test_numpy_from_is_measured_once_and_follows_the_mode(auto_mode, monkeypatch):
+    monkeypatch.setattr(blas, "_numpy_from", None)
+    measured = blas.numpy_from()          # times both libraries once
+    assert len(measured) == 2 and all(r in blas.ROWS_TRIED or r == math.inf for r in measured)
+    monkeypatch.setattr(blas, "_crossovers", lambda: pytest.fail("measured twice"))
+    assert blas.numpy_from() == measured
     blas.use("mkl")
-    assert blas.large_library() == "mkl" and blas.name() == "mkl"
+    assert blas.numpy_from() == (math.inf, math.inf) and blas.name() == "mkl"
     blas.use("numpy")
-    assert blas.large_library() == "numpy" and blas.name() == "numpy"
+    assert blas.numpy_from() == (0, 0) and blas.name() == "numpy"
 
 
 def test_use_mkl_without_mkl_says_how_to_get_it(monkeypatch):

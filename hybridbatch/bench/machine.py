@@ -54,12 +54,17 @@ def _git_revision():
 
 
 def _blas_threads():
-    """Threads the loaded BLAS uses, when threadpoolctl is installed (else None)."""
+    """Threads and kernels ("architecture": OpenBLAS's core) of the loaded BLAS libraries,
+    when threadpoolctl is installed (else None)."""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
         return None
-    return [{"api": i.get("internal_api"), "threads": i.get("num_threads")} for i in threadpool_info()]
+    return [{"api": i.get("internal_api"), "threads": i.get("num_threads"), "architecture": i.get("architecture")}
+            for i in threadpool_info()]
+
+
+BLAS_KERNEL_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")    # pin OpenBLAS's kernels when set
 
 
 def machine_info():
@@ -82,7 +87,8 @@ def machine_info():
         "thread_settings": thread_settings(),
         "blas_threads": _blas_threads(),
         "host_products": blas.name(),
-        "large_products": blas.large_library(),
+        "numpy_from": [r if r != float("inf") else None for r in blas.numpy_from()],
+        "blas_kernel_settings": {v: os.environ[v] for v in BLAS_KERNEL_VARS if v in os.environ},
         "mkl": blas.version(),
         "load_average_start": load_average(),
         "git": _git_revision(),

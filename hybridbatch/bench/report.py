@@ -6,9 +6,20 @@ SPLIT_NAMES = {"record": "recording", "schedule": "scheduling", "forward": "forw
 
 
 def _products(m):
-    """The BLAS mode, and in "auto" where large products went."""
-    mode = m.get("host_products", "numpy")
-    return f"{mode} (large ones: {m['large_products']})" if mode == "auto" and "large_products" in m else mode
+    """The BLAS mode (in "auto", from how many rows numpy takes products) and OpenBLAS's
+    kernels with the settings that pinned them."""
+    text = mode = m.get("host_products", "numpy")
+    rows = m.get("numpy_from")
+    if mode == "auto" and rows:
+        text += " (numpy from " + ", ".join("never" if r is None else f"{r} rows" for r in rows) + \
+                " for a C-ordered / transposed weight)"
+    cores = [b["architecture"] for b in m.get("blas_threads") or () if b.get("api") == "openblas"]
+    if cores:
+        text += f"; OpenBLAS kernels: {cores[0]}"
+    pinned = m.get("blas_kernel_settings")
+    if pinned:
+        text += " (" + ", ".join(f"{k}={v}" for k, v in pinned.items()) + ")"
+    return text
 
 
 def _fmt(x, spec=".1f", none="-"):

@@ -7,19 +7,22 @@ packed GEMM (`cblas_sgemm_pack` + `cblas_sgemm_compute`) packs a weight once and
 inside `packing()` (one forward run, one backward run) a shared weight is packed on its
 second product and dropped at the end, so nothing stale survives a parameter update.
 
-Why not MKL alone: on some CPUs numpy's OpenBLAS runs large products faster (an AMD EPYC
-here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up, while MKL stays ahead below 16).
-In the default mode, "auto", a large product (every dimension at least `LARGE`) goes to the
-library that ran one faster in this process (`large_library()`, measured once on first
-need); smaller ones, and every packed weight, go to MKL. `use("mkl")` sends every product to
-MKL, `use("numpy")` none; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at import, and
-=numpy also keeps MKL from loading. MKL follows MKL_NUM_THREADS; when that (or
+Why not MKL alone: on some CPUs numpy's OpenBLAS runs larger products faster (an AMD EPYC
+here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up with OpenBLAS's AVX2 kernels,
+about twice MKL's rate with its AVX-512 ones), while MKL stays ahead on few rows. In the
+default mode, "auto", a product whose every dimension reaches `numpy_from()`'s row count
+for its weight's layout goes to numpy: the first product in a process times both
+libraries on a range of row counts (once, about 0.1 s). Smaller products, and every
+product where numpy never wins, go to MKL and its packed weights. `use("mkl")` sends every
+product to MKL, `use("numpy")` none; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at
+import, and =numpy also keeps MKL from loading. MKL follows MKL_NUM_THREADS; when that (or
 OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no OpenMP runtime joins the
 process. Only float32/float64 C- or Fortran-ordered operands on the host go to MKL; anything
 else (cupy arrays, other dtypes, odd strides) is numpy's.
 """
 import contextlib
 import ctypes
+import math
 import ctypes.util
 import os
 import threading
@@ -35,8 +38,8 @@ THREADING_SEQUENTIAL = 1
 INTERFACE_LP64 = 0
 SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by numpy (shared_product)
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
-LARGE = 64              # a product whose every dimension is at least this is large (large_library)
-LARGE_MARGIN = 0.95     # numpy gets large products when it takes at most this share of MKL's time
+ROWS_TRIED = (8, 16, 32, 64, 128)     # the row counts numpy_from() times
+NUMPY_MARGIN = 0.95     # numpy wins a row count when it takes at most this share of MKL's time
 MODES = ("auto", "mkl", "numpy")
 
 
@@ -112,7 +115,7 @@ def _load():
 
 
 def name():
-    """The mode in use: "auto" (MKL, large products by `large_library()`), "mkl" or "numpy"."""
+    """The mode in use: "auto" (MKL, larger products by `numpy_from()`), "mkl" or "numpy"."""
     return "numpy" if _active is None else "mkl" if _pinned else "auto"
 
 
@@ -127,8 +130,8 @@ def version():
 
 
 def use(which):
-    """Send host products to MKL ("mkl"), to numpy ("numpy"), or to MKL with large ones by
-    `large_library()` ("auto"; numpy alone when MKL is not available)."""
+    """Send host products to MKL ("mkl"), to numpy ("numpy"), or to MKL with the larger ones
+    by `numpy_from()` ("auto"; numpy alone when MKL is not available)."""
     global _active, _pinned
     if which not in MODES:
         raise ValueError(f"unknown BLAS {which!r}; expected 'auto', 'mkl' or 'numpy'")
@@ -139,44 +142,65 @@ def use(which):
     _pinned = which == "mkl"
 
 
-def large_library():
-    """"mkl" or "numpy": where large products go. In "auto" the first call times one
-    256x512 @ 512x1280 float32 product by each (interleaved, best of 5, ~30 ms) and numpy
-    wins only by a clear margin (LARGE_MARGIN), so that timing noise rarely flips it."""
-    global _large
+def numpy_from():
+    """(rows for a C-ordered right operand, rows for a transposed one): a product a @ b whose
+    every dimension reaches the count for b's layout goes to numpy; inf: never (MKL), 0:
+    always. In "auto" the first call times both libraries on W1's U (1280 x 512) in both
+    layouts (x @ W.T, a layer's forward; g @ W, its input gradient; MKL packed) for each of
+    ROWS_TRIED rows, best of 3, and takes the smallest count from which numpy wins every
+    larger one by NUMPY_MARGIN, so that timing noise seldom moves it."""
+    global _numpy_from
     if _active is None:
-        return "numpy"
+        return (0, 0)
     if _pinned:
-        return "mkl"
-    if _large is None:
+        return (math.inf, math.inf)
+    if _numpy_from is None:
         with _measuring:
-            if _large is None:
-                _large = _faster_on_large()
-    return _large
+            if _numpy_from is None:
+                _numpy_from = _crossovers()
+    return _numpy_from
 
 
-def _faster_on_large(rounds=5):
+def _crossovers(rounds=3):
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((256, 512), dtype=np.float32)
-    b = rng.standard_normal((512, 1280), dtype=np.float32)
-    out = np.empty((256, 1280), np.float32)
-    ops = _mkl_operands(_mkl, a, b)
-    products = {"mkl": lambda: _call(_mkl, ops, a, b, 0.0, out), "numpy": lambda: np.matmul(a, b, out=out)}
-    best = dict.fromkeys(products, float("inf"))
-    for r in range(rounds + 1):        # round 0 warms both up
-        for lib, product in products.items():
-            t0 = time.perf_counter()
-            product()
-            if r:
-                best[lib] = min(best[lib], time.perf_counter() - t0)
-    return "numpy" if best["numpy"] <= LARGE_MARGIN * best["mkl"] else "mkl"
+    w = rng.standard_normal((1280, 512), dtype=np.float32)
+    found = []
+    with packing():
+        for weight in (w, w.T):
+            wins = []
+            for rows in ROWS_TRIED:
+                x = rng.standard_normal((rows, weight.shape[0]), dtype=np.float32)
+                mkl = _best(lambda: _mkl_shared_product(x, weight), rounds)
+                wins.append(_best(lambda: x @ weight, rounds) <= NUMPY_MARGIN * mkl)
+            found.append(next((r for i, r in enumerate(ROWS_TRIED) if all(wins[i:])), math.inf))
+    return tuple(found)
+
+
+def _best(product, rounds):
+    """The shortest of `rounds` timed runs of product(), after two untimed ones (the second
+    packs a weight)."""
+    product()
+    product()
+    best = math.inf
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        product()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _library(a, b):
     """MKL or None (numpy) for a @ b in the mode in use."""
-    if _active is None or _pinned or a.ndim != 2 or b.ndim != 2 or min(a.shape[0], a.shape[1], b.shape[1]) < LARGE:
+    if _active is None or _pinned or a.ndim != 2 or b.ndim != 2:
         return _active
-    return _active if (_large or large_library()) == "mkl" else None
+    rows = (_numpy_from or numpy_from())[not b.flags.c_contiguous]
+    return _active if min(a.shape[0], a.shape[1], b.shape[1]) < rows else None
+
+
+def mkl_sums(m, k, n):
+    """Whether add_product(c, a, b) for a (m x k) and a C-ordered b (k x n) sums by MKL
+    straight into c (beta=1), rather than by numpy's product and a += pass over c."""
+    return _active is not None and min(m, k, n) < numpy_from()[0]
 
 
 @contextlib.contextmanager
@@ -287,8 +311,8 @@ def _packed(w0, transposed):
         return hit[1]
     dt = w0.dtype
     k, n = (w0.shape[1], w0.shape[0]) if transposed else w0.shape
-    buf = np.empty(_active.pack_size[dt](B_MATRIX, PACK_ROWS, n, k) // dt.itemsize + 1, dt)
-    _active.pack[dt](ROW_MAJOR, B_MATRIX, TRANS if transposed else NO_TRANS, PACK_ROWS, n, k, 1.0,
+    buf = np.empty(_mkl.pack_size[dt](B_MATRIX, PACK_ROWS, n, k) // dt.itemsize + 1, dt)
+    _mkl.pack[dt](ROW_MAJOR, B_MATRIX, TRANS if transposed else NO_TRANS, PACK_ROWS, n, k, 1.0,
                      address(w0), w0.shape[1], address(buf))
     cache[key] = (w0, buf)
     return buf
@@ -308,24 +332,29 @@ def shared_product(x, w):
         if x.shape[0] >= 64 or not isinstance(x, np.ndarray):
             return x @ w
         return np.ascontiguousarray((w.T @ x.T).T)
+    return _mkl_shared_product(x, w)
+
+
+def _mkl_shared_product(x, w):
+    """shared_product by MKL (x and w usable by it): packed inside `packing()`."""
     pw = _operand(w)
     if getattr(_state, "packed", None) is None or pw is None:
-        return gemm(x, w)
+        return _gemm(_mkl, x, w)
     x = np.ascontiguousarray(x)
     B, k = x.shape
     n = w.shape[1]
     buf = _packed(pw[0], pw[1])
     if buf is None:
-        return gemm(x, w)
+        return _gemm(_mkl, x, w)
     out = np.empty((B, n), x.dtype)
-    _active.compute[x.dtype](ROW_MAJOR, NO_TRANS, PACKED, B, n, k, address(x), k, address(buf), n,
-                             0.0, address(out), n)
+    _mkl.compute[x.dtype](ROW_MAJOR, NO_TRANS, PACKED, B, n, k, address(x), k, address(buf), n,
+                          0.0, address(out), n)
     return out
 
 
 _mkl = _load()
 _active = _mkl      # MKL for small products and packed weights, or None: numpy for all
 _pinned = _mkl is not None and os.environ.get("HYBRIDBATCH_BLAS", "").lower() == "mkl"  # large products too
-_large = None       # "auto": large_library()'s measured choice
+_numpy_from = None  # "auto": numpy_from()'s measured row counts
 _measuring = threading.Lock()
 _state = threading.local()
