@@ -175,3 +175,15 @@ def test_an_unloadable_mkl_warns_and_leaves_numpy(monkeypatch):
         assert blas._load() is None
     monkeypatch.setenv("HYBRIDBATCH_BLAS", "numpy")
     assert blas._load() is None
+
+
+@pytest.mark.parametrize("rows", [1, 20, 70, 130])
+def test_numpy_products_match_in_both_forms(rows):
+    """numpy's x @ W.T and g @ W: plain, or read back from W^T X^T (fewer rows)."""
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((48, 24)).astype(np.float32)
+    x = rng.standard_normal((rows, 24)).astype(np.float32)
+    g = rng.standard_normal((rows, 48)).astype(np.float32)
+    for got, want in ((blas._numpy_product(x, w.T), x @ w.T), (blas._numpy_product(g, w), g @ w)):
+        assert got.flags.c_contiguous
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -39,7 +39,8 @@ INTERFACE_LP64 = 0
 SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by numpy (shared_product)
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
 ROWS_TRIED = (8, 16, 32, 64, 128)     # the row counts numpy_from() times
-NUMPY_MARGIN = 0.95     # numpy wins a row count when it takes at most this share of MKL's time
+NUMPY_MARGIN = 0.95     # numpy_from() divides numpy's measured times by this: MKL keeps near-ties
+FLIP_ROWS = 128         # numpy's products of fewer rows run as W^T X^T (_numpy_product)
 MODES = ("auto", "mkl", "numpy")
 
 
@@ -147,8 +148,9 @@ def numpy_from():
     every dimension reaches the count for b's layout goes to numpy; inf: never (MKL), 0:
     always. In "auto" the first call times both libraries on W1's U (1280 x 512) in both
     layouts (x @ W.T, a layer's forward; g @ W, its input gradient; MKL packed) for each of
-    ROWS_TRIED rows, best of 3, and takes the smallest count from which numpy wins every
-    larger one by NUMPY_MARGIN, so that timing noise seldom moves it."""
+    ROWS_TRIED rows, best of 3, and takes the count that would have cost least over those
+    sizes, numpy's times counted NUMPY_MARGIN slower: a sum over sizes, so that one noisy
+    size seldom moves it."""
     global _numpy_from
     if _active is None:
         return (0, 0)
@@ -167,12 +169,13 @@ def _crossovers(rounds=3):
     found = []
     with packing():
         for weight in (w, w.T):
-            wins = []
-            for rows in ROWS_TRIED:
-                x = rng.standard_normal((rows, weight.shape[0]), dtype=np.float32)
-                mkl = _best(lambda: _mkl_shared_product(x, weight), rounds)
-                wins.append(_best(lambda: x @ weight, rounds) <= NUMPY_MARGIN * mkl)
-            found.append(next((r for i, r in enumerate(ROWS_TRIED) if all(wins[i:])), math.inf))
+            xs = [rng.standard_normal((rows, weight.shape[0]), dtype=np.float32) for rows in ROWS_TRIED]
+            mkl = [_best(lambda: _mkl_shared_product(x, weight), rounds) for x in xs]
+            numpy = [_best(lambda: _numpy_product(x, weight), rounds) / NUMPY_MARGIN for x in xs]
+            # the threshold that would have cost least over the sizes tried (MKL below it)
+            costs = [sum(mkl[:i]) + sum(numpy[i:]) for i in range(len(ROWS_TRIED) + 1)]
+            best = min(range(len(costs)), key=lambda i: (costs[i], -i))
+            found.append(ROWS_TRIED[best] if best < len(ROWS_TRIED) else math.inf)
     return tuple(found)
 
 
@@ -313,7 +316,7 @@ def _packed(w0, transposed):
     k, n = (w0.shape[1], w0.shape[0]) if transposed else w0.shape
     buf = np.empty(_mkl.pack_size[dt](B_MATRIX, PACK_ROWS, n, k) // dt.itemsize + 1, dt)
     _mkl.pack[dt](ROW_MAJOR, B_MATRIX, TRANS if transposed else NO_TRANS, PACK_ROWS, n, k, 1.0,
-                     address(w0), w0.shape[1], address(buf))
+                  address(w0), w0.shape[1], address(buf))
     cache[key] = (w0, buf)
     return buf
 
@@ -321,18 +324,26 @@ def _packed(w0, transposed):
 def shared_product(x, w):
     """x @ w where w (k, n) is a shared weight and x (B, k) a batch of rows: (B, n), rows in order.
 
-    Inside `packing()` with MKL, w is packed once per scope (from its second product on). With numpy, small batches take
-    W^T X^T read back transposed (OpenBLAS is up to 2x faster that way below 64 rows).
+    Inside `packing()` with MKL, w is packed once per scope (from its second product on).
     A weight of fewer than SMALL_WEIGHT elements (a 5-class output layer) goes to numpy:
     MKL's call costs 15-30 us where numpy's takes 3-9 for up to 64 rows.
     """
     if w.shape[0] * w.shape[1] < SMALL_WEIGHT and isinstance(x, np.ndarray):
         return x @ w
     if not _usable(_library(x, w), x, w) or 0 in x.shape or w.shape[1] == 0:
-        if x.shape[0] >= 64 or not isinstance(x, np.ndarray):
-            return x @ w
-        return np.ascontiguousarray((w.T @ x.T).T)
+        return _numpy_product(x, w)
     return _mkl_shared_product(x, w)
+
+
+def _numpy_product(x, w):
+    """x @ w by numpy's BLAS, on fewer than FLIP_ROWS rows (half that for a C-ordered w) as
+    W^T X^T read back to rows. OpenBLAS runs that layout up to 2x faster there; for a
+    transposed weight (a layer's forward, x @ W.T) its AVX-512 kernels do so 1.2-2.3x at
+    16-96 rows of W1's U, while its AVX2 ones are within 4% either way."""
+    flip = FLIP_ROWS if w.T.flags.c_contiguous and not w.flags.c_contiguous else FLIP_ROWS // 2
+    if x.shape[0] < flip and isinstance(x, np.ndarray):
+        return np.ascontiguousarray((w.T @ x.T).T)
+    return x @ w
 
 
 def _mkl_shared_product(x, w):
