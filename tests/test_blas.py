@@ -120,31 +120,31 @@ def auto_mode():
 
 @needs_mkl
 @pytest.mark.parametrize("numpy_from", [(32, math.inf), (math.inf, 32), (0, 0)])
-def test_auto_sends_products_by_their_size_and_the_weight_layout(auto_mode, monkeypatch, numpy_from):
-    """numpy_from: rows from which numpy takes a product with a C-ordered / transposed
-    right operand (every dimension reaching it); MKL takes the rest."""
+def test_auto_sends_products_by_their_rows_and_the_weight_layout(auto_mode, monkeypatch, numpy_from):
+    """numpy_from: batch rows from which numpy takes a product with a C-ordered / transposed
+    right operand; MKL takes the rest. A shared-weight product's rows are its left
+    operand's; a weight gradient's (gemm, add_product) the rows it sums over."""
     monkeypatch.setattr(blas, "_numpy_from", numpy_from)
     calls = []
     call = blas._call
     monkeypatch.setattr(blas, "_call", lambda lib, *rest: calls.append(rest[1].shape) or call(lib, *rest))
     rng = np.random.default_rng(5)
-    w = rng.standard_normal((96, 64)).astype(np.float32)
+    w = rng.standard_normal((512, 17)).astype(np.float32)       # a thin weight routes like any other
     expected = []
     for rows in (31, 32):
-        x = rng.standard_normal((rows, 96)).astype(np.float32)
-        g = rng.standard_normal((rows, 64)).astype(np.float32)
+        x = rng.standard_normal((rows, 512)).astype(np.float32)
+        g = rng.standard_normal((rows, 17)).astype(np.float32)
         for a, b in ((x, w), (g, w.T)):
-            np.testing.assert_allclose(blas.gemm(a, b), a @ b, rtol=1e-5, atol=1e-4)
+            np.testing.assert_allclose(blas.shared_product(a, b), a @ b, rtol=1e-5, atol=1e-4)
             if rows < numpy_from[b is not w]:
                 expected.append(a.shape)
-    grad = np.zeros((64, 96), np.float32)
-    x = rng.standard_normal((32, 96)).astype(np.float32)
-    g = rng.standard_normal((32, 64)).astype(np.float32)
-    blas.add_product(grad, g.T, x)       # a weight's gradient over 32 rows
-    np.testing.assert_allclose(grad, g.T @ x, rtol=1e-4, atol=1e-3)
-    if 32 < numpy_from[0]:
-        expected.append((64, 32))
-    assert blas.mkl_sums(64, 32, 96) == (32 < numpy_from[0])
+        grad = np.zeros((17, 512), np.float32)
+        blas.add_product(grad, g.T, x)                     # a weight's gradient over `rows` rows
+        np.testing.assert_allclose(grad, g.T @ x, rtol=1e-4, atol=1e-3)
+        np.testing.assert_allclose(blas.gemm(g.T, x), g.T @ x, rtol=1e-4, atol=1e-3)
+        if rows < numpy_from[0]:
+            expected += [(17, rows)] * 2
+        assert blas.mkl_sums(rows) == (rows < numpy_from[0])
     assert calls == expected
     assert blas.numpy_from() == numpy_from
 

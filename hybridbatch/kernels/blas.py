@@ -10,8 +10,8 @@ second product and dropped at the end, so nothing stale survives a parameter upd
 Why not MKL alone: on some CPUs numpy's OpenBLAS runs larger products faster (an AMD EPYC
 here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up with OpenBLAS's AVX2 kernels,
 about twice MKL's rate with its AVX-512 ones), while MKL stays ahead on few rows. In the
-default mode, "auto", a product whose every dimension reaches `numpy_from()`'s row count
-for its weight's layout goes to numpy: the first product in a process times both
+default mode, "auto", a product whose batch rows reach `numpy_from()`'s count for its
+weight's layout goes to numpy: the first product in a process times both
 libraries on a range of row counts (once, about 0.1 s). Smaller products, and every
 product where numpy never wins, go to MKL and its packed weights. `use("mkl")` sends every
 product to MKL, `use("numpy")` none; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at
@@ -144,8 +144,8 @@ def use(which):
 
 
 def numpy_from():
-    """(rows for a C-ordered right operand, rows for a transposed one): a product a @ b whose
-    every dimension reaches the count for b's layout goes to numpy; inf: never (MKL), 0:
+    """(rows for a C-ordered right operand, rows for a transposed one): a product a @ b over
+    at least the count for b's layout goes to numpy (`_library`); inf: never (MKL), 0:
     always. In "auto" the first call times both libraries on W1's U (1280 x 512) in both
     layouts (x @ W.T, a layer's forward; g @ W, its input gradient; MKL packed) for each of
     ROWS_TRIED rows, best of 3, and takes the count that would have cost least over those
@@ -192,18 +192,18 @@ def _best(product, rounds):
     return best
 
 
-def _library(a, b):
-    """MKL or None (numpy) for a @ b in the mode in use."""
-    if _active is None or _pinned or a.ndim != 2 or b.ndim != 2:
+def _library(b, rows):
+    """MKL or None (numpy) for a product over `rows` batch rows by the right operand b (for
+    a weight's gradient G^T X, the rows summed over) in the mode in use."""
+    if _active is None or _pinned or b.ndim != 2:
         return _active
-    rows = (_numpy_from or numpy_from())[not b.flags.c_contiguous]
-    return _active if min(a.shape[0], a.shape[1], b.shape[1]) < rows else None
+    return _active if rows < (_numpy_from or numpy_from())[not b.flags.c_contiguous] else None
 
 
-def mkl_sums(m, k, n):
-    """Whether add_product(c, a, b) for a (m x k) and a C-ordered b (k x n) sums by MKL
+def mkl_sums(rows):
+    """Whether add_product(c, a, b) summing over `rows` rows (a C-ordered b) sums by MKL
     straight into c (beta=1), rather than by numpy's product and a += pass over c."""
-    return _active is not None and min(m, k, n) < numpy_from()[0]
+    return _active is not None and rows < numpy_from()[0]
 
 
 @contextlib.contextmanager
@@ -246,15 +246,17 @@ def _usable(lib, a, b):
 
 def gemm(a, b, library=None):
     """a @ b for 2-D arrays; transposed views (a.T) cost no copy. `library`: "mkl" or
-    "numpy" for this product only (the benchmark's reference rate), else the one in use."""
-    return _gemm(_library(a, b) if library is None else {"mkl": _mkl, "numpy": None}[library], a, b)
+    "numpy" for this product only (the benchmark's reference rate), else the mode's choice
+    by the inner dimension: the rows a weight's gradient G^T X sums over."""
+    lib = _library(b, a.shape[-1]) if library is None else {"mkl": _mkl, "numpy": None}[library]
+    return _gemm(lib, a, b)
 
 
 def add_product(c, a, b):
-    """c += a @ b in place. With MKL one GEMM with beta=1 when c is a C-contiguous host
+    """c += a @ b in place (routed like `gemm`). With MKL one GEMM with beta=1 when c is a C-contiguous host
     array of the product's dtype: no product temporary and no second pass over c (a
     weight's gradient: 2.6 MB for W1's U). c must not overlap a or b."""
-    lib = _library(a, b)
+    lib = _library(b, a.shape[1])
     ops = _mkl_operands(lib, a, b)
     if ops is None or not _accumulator(c, a, b):
         c += a @ b
@@ -330,7 +332,7 @@ def shared_product(x, w):
     """
     if w.shape[0] * w.shape[1] < SMALL_WEIGHT and isinstance(x, np.ndarray):
         return x @ w
-    if not _usable(_library(x, w), x, w) or 0 in x.shape or w.shape[1] == 0:
+    if not _usable(_library(w, x.shape[0]), x, w) or 0 in x.shape or w.shape[1] == 0:
         return _numpy_product(x, w)
     return _mkl_shared_product(x, w)
 
