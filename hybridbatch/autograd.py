@@ -14,7 +14,7 @@ from numba import njit
 from .errors import NumericsError
 from .execute import operands, batch_aux, scatter_add, first_bad_row, raise_numerics
 from .kernels import blas
-from .ops import OuterGrad, RowGrad
+from .ops import ColumnGrad, OuterGrad, RowGrad
 from .parameter import by_id
 from . import signature
 
@@ -62,7 +62,7 @@ class _Numerics:
         """Raise NumericsError if gradient g (an array, a RowGrad or an OuterGrad) is not
         finite, naming the node of its first bad row. summed: g is a dense parameter
         gradient, the batch's sum, named by the batch's first node."""
-        parts = (g.left, g.right) if isinstance(g, OuterGrad) else (g.values,) if isinstance(g, RowGrad) else (g,)
+        parts = (g.left, g.right) if isinstance(g, OuterGrad) else (g.values,) if isinstance(g, (RowGrad, ColumnGrad)) else (g,)
         plan, b, sig, rows = self.batch
         n = plan.sizes[b] if rows is None else len(rows)
         for part in parts:
@@ -266,15 +266,22 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                     if numerics is not None:
                         numerics.check(gx, f"operand {j}")     # counting shared parameters too
                     if rows is not None:
-                        full = xp.zeros((size,) + gx.shape[1:], gx.dtype)
-                        full[rows] = gx
-                        gx = full
+                        gx = _at_rows(gx, rows, size, xp)
                     grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
                     if plan.g_kind[k] == 2:
                         p = plan.g_off[k]
                         for owner in np.unique(plan.row_arena[p:p + size]):
                             grad_arena(owner)
                     scatter_add(plan, grads, k, size, gx)
+
+
+def _at_rows(gx, rows, size, xp):
+    """A gradient of the batch rows `rows` as one of all `size` rows (zero elsewhere)."""
+    if gx.__class__ is ColumnGrad:
+        return ColumnGrad(gx.first, _at_rows(gx.values, rows, size, xp), gx.width)
+    full = xp.zeros((size,) + gx.shape[1:], gx.dtype)
+    full[rows] = gx
+    return full
 
 
 def _output_groups(op, nodes, live, mark, read):

@@ -2,7 +2,8 @@
 import numpy as np
 
 from .errors import NumericsError
-from .kernels import blas, scatter_add_rows
+from .kernels import blas, scatter_add_columns, scatter_add_rows
+from .ops import ColumnGrad
 from .parameter import by_id
 from .plan import SLICE, TAKE
 from . import backend, signature
@@ -27,21 +28,33 @@ def gather(plan, arenas, g, size):
 
 
 def scatter_add(plan, grads, g, size, gx):
-    """Add gx (one row per node of the batch) into the gradient arenas behind gather spec g."""
+    """Add gx (one row per node of the batch, or a ColumnGrad of those rows) into the
+    gradient arenas behind gather spec g."""
     a, s = plan.g_arena[g], plan.g_start[g]
     kind = plan.g_kind[g]
     if kind == SLICE:
-        grads[a][s:s + size] += gx
+        if gx.__class__ is ColumnGrad:
+            grads[a][s:s + size, gx.first:gx.first + gx.values.shape[1]] += gx.values
+        else:
+            grads[a][s:s + size] += gx
         return
     p = plan.g_off[g]
     rows = plan.rows[p:p + size]
     if kind == TAKE:
-        scatter_add_rows(grads[a], rows, gx)
+        _scatter_rows(grads[a], rows, gx)
         return
     owners = plan.row_arena[p:p + size]
     for owner in np.unique(owners):
         mask = owners == owner
-        scatter_add_rows(grads[owner], rows[mask], gx[mask])
+        _scatter_rows(grads[owner], rows[mask], ColumnGrad(gx.first, gx.values[mask], gx.width)
+                      if gx.__class__ is ColumnGrad else gx[mask])
+
+
+def _scatter_rows(dst, rows, gx):
+    if gx.__class__ is ColumnGrad:
+        scatter_add_columns(dst, rows, gx.first, gx.values)
+    else:
+        scatter_add_rows(dst, rows, gx)
 
 
 def operands(plan, arenas, b, sig, size):

@@ -16,7 +16,7 @@ from .errors import HybridBatchError
 from .future import Future, maker
 from .kernels.fused import FusedRun, plan_units
 from .ops.affine_loss import fold_affine_losses
-from .ops.registry import Op
+from .ops.registry import ColumnGrad, Op
 from .ops.shape import Input, Output
 from .parameter import Parameter, by_id
 from . import signature
@@ -306,7 +306,11 @@ class Program:
                 continue
             op = sig.op
             if op.add_grad is not None and refs[0] in wanted:   # a slice: add into its region
-                op.add_grad(sig, grads.buffer(xp, refs[0], vals[refs[0]]), gy)
+                first = op.columns(sig) if refs[0] < self.n_inputs and xp is np else None
+                if first is not None and grads[refs[0]] is None:   # an input only sliced so far
+                    grads.grads[refs[0]] = ColumnGrad(first, gy, vals[refs[0]].shape[1])
+                else:
+                    op.add_grad(sig, grads.buffer(xp, refs[0], vals[refs[0]]), gy)
                 continue
             wants = [(r is not None and r in wanted) or (r is None and by_id(pid).grad_req != "null")
                      for r, pid in zip(refs, sig.params)]
@@ -353,7 +357,8 @@ class _Values(list):
 
 class _Grads:
     """Gradients of a program's slots. Arrays it allocated are updated in place; borrowed ones
-    (the caller's output gradients, or an op returning its gy unchanged) are never written."""
+    (the caller's output gradients, or an op returning its gy unchanged) are never written.
+    An input that only one slice has reached holds a ColumnGrad, made dense if more comes."""
 
     def __init__(self, n):
         self.grads = [None] * n
@@ -368,6 +373,9 @@ class _Grads:
             self.grads[slot] = g
         elif slot in self.owned:
             current += g
+        elif current.__class__ is ColumnGrad:
+            self.own(slot, current.dense())
+            self.grads[slot] += g
         else:
             self.grads[slot] = current + g
             self.owned.add(slot)
@@ -382,6 +390,8 @@ class _Grads:
         current = self.grads[slot]
         if current is None:
             current = xp.zeros(like.shape, like.dtype)
+        elif current.__class__ is ColumnGrad:
+            current = current.dense()
         elif slot not in self.owned:
             current = current.copy()
         self.grads[slot] = current

@@ -66,6 +66,26 @@ def scatter_add_rows(dst, rows, src):
 
 
 @njit(cache=True)
+def _scatter_add_into_columns(dst, rows, first, src):
+    """dst[rows[k], first:first + width] += src[k]: a slice of a C-contiguous row, so the
+    loop vectorizes."""
+    width = src.shape[1]
+    for k in range(rows.shape[0]):
+        out = dst[rows[k], first:first + width]
+        for j in range(width):
+            out[j] += src[k, j]
+
+
+def scatter_add_columns(dst, rows, first, src):
+    """Add each row of 2-D `src` into columns first.. of `dst`'s rows `rows` (dst 2-D)."""
+    rows = np.asarray(rows, np.int64)
+    if isinstance(dst, np.ndarray) and _compiled(dst) and dst.flags.c_contiguous and src.dtype == dst.dtype:
+        _scatter_add_into_columns(dst, rows, first, np.ascontiguousarray(src))
+    else:
+        scatter_add_rows(dst[:, first:first + src.shape[1]], rows, src)
+
+
+@njit(cache=True)
 def _add_outer(dst, left, right):
     for k in range(left.shape[0]):
         for i in range(dst.shape[0]):

@@ -87,6 +87,24 @@ class RowGrad:
         self.values = values
 
 
+class ColumnGrad:
+    """The gradient of a batch of vectors (B, width) that is zero outside the columns
+    first .. first + values.shape[1]: what a block gives back for an input it only slices
+    (W2's step reads its half of the input projection), scattered into those columns alone
+    instead of as a mostly-zero (B, width) array."""
+
+    __slots__ = ("first", "values", "width")
+
+    def __init__(self, first, values, width):
+        self.first, self.values, self.width = first, values, width
+
+    def dense(self):
+        """The full (B, width) array."""
+        out = np.zeros((len(self.values), self.width), self.values.dtype)
+        out[:, self.first:self.first + self.values.shape[1]] = self.values
+        return out
+
+
 class OuterGrad:
     """A shared weight's gradient left^T @ right (dW = G^T X over the batch), left unevaluated
     so that reverse mode can do ONE GEMM per parameter over every batch that used it."""

@@ -137,6 +137,13 @@ class Slice(Op):
         """Add into the sliced region only (callers holding a gradient buffer use this)."""
         g_input[_index(sig.attrs)] += gy
 
+    @staticmethod
+    def columns(sig):
+        """The first element when this slice is a contiguous range of a vector (of a batch,
+        a range of columns), else None."""
+        (k,) = sig.attrs if len(sig.attrs) == 1 and len(sig.in_shapes[0]) == 1 else (None,)
+        return k[1] if k is not None and k[0] == "s" and k[3] == 1 else None
+
 
 @register
 class Reshape(Op):
