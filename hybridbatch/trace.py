@@ -308,7 +308,7 @@ class Program:
             if op.add_grad is not None and refs[0] in wanted:   # a slice: add into its region
                 first = op.columns(sig) if refs[0] < self.n_inputs and xp is np else None
                 if first is not None and grads[refs[0]] is None:   # an input only sliced so far
-                    grads.grads[refs[0]] = ColumnGrad(first, gy, vals[refs[0]].shape[1])
+                    grads.add(refs[0], ColumnGrad(first, gy, vals[refs[0]].shape[1]))
                 else:
                     op.add_grad(sig, grads.buffer(xp, refs[0], vals[refs[0]]), gy)
                 continue

@@ -22,8 +22,8 @@ else (cupy arrays, other dtypes, odd strides) is numpy's.
 """
 import contextlib
 import ctypes
-import math
 import ctypes.util
+import math
 import os
 import threading
 import time
@@ -253,9 +253,9 @@ def gemm(a, b, library=None):
 
 
 def add_product(c, a, b):
-    """c += a @ b in place (routed like `gemm`). With MKL one GEMM with beta=1 when c is a C-contiguous host
-    array of the product's dtype: no product temporary and no second pass over c (a
-    weight's gradient: 2.6 MB for W1's U). c must not overlap a or b."""
+    """c += a @ b in place, routed like `gemm`. With MKL one GEMM with beta=1 when c is a
+    C-contiguous host array of the product's dtype: no product temporary and no second pass
+    over c (a weight's gradient: 2.6 MB for W1's U). c must not overlap a or b."""
     lib = _library(b, a.shape[1])
     ops = _mkl_operands(lib, a, b)
     if ops is None or not _accumulator(c, a, b):

@@ -65,6 +65,12 @@ class Op:
         """Batched forward: xs[i] is (B,)+shape, or the raw parameter when sig.shared[i]."""
         raise NotImplementedError
 
+    @staticmethod
+    def columns(sig):
+        """With add_grad: the first element when its region is one contiguous range of a
+        vector (a block then hands back a ColumnGrad, trace.py), else None."""
+        return None
+
     def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):
         """Gradients for each operand i with needs[i]; None elsewhere.
 

@@ -139,8 +139,7 @@ class Slice(Op):
 
     @staticmethod
     def columns(sig):
-        """The first element when this slice is a contiguous range of a vector (of a batch,
-        a range of columns), else None."""
+        """The first element when this slice is a contiguous range of a vector."""
         (k,) = sig.attrs if len(sig.attrs) == 1 and len(sig.in_shapes[0]) == 1 else (None,)
         return k[1] if k is not None and k[0] == "s" and k[3] == 1 else None
 
