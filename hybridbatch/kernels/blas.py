@@ -95,8 +95,9 @@ def _mode():
     return choice
 
 
-def _load():
-    if _mode() == "numpy":
+def _load(mode=None):
+    """MKL, loaded, or None (not installed, unusable, or mode "numpy")."""
+    if (_mode() if mode is None else mode) == "numpy":
         return None
     path = _library_path()
     if not path:
@@ -365,9 +366,10 @@ def _mkl_shared_product(x, w):
     return out
 
 
-_mkl = _load()
+_initial_mode = _mode()
+_mkl = _load(_initial_mode)
 _active = _mkl      # MKL for small products and packed weights, or None: numpy for all
-_pinned = _mkl is not None and os.environ.get("HYBRIDBATCH_BLAS", "").lower() == "mkl"  # large products too
+_pinned = _mkl is not None and _initial_mode == "mkl"     # MKL for large products too
 _numpy_from = None  # "auto": numpy_from()'s measured row counts
 _measuring = threading.Lock()
 _state = threading.local()

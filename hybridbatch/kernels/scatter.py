@@ -21,13 +21,14 @@ def _scatter_add_2d(dst, rows, src):
 
 
 @njit(cache=True)
-def _scatter_add_columns(dst, rows, parent, first):
-    """_scatter_add_2d of the columns first.. of a C-contiguous parent: the kernel knows its
-    rows are contiguous, so it vectorizes (a strided src is typed 'A' layout: scalar loads)."""
-    width = dst.shape[1]
+def _scatter_add_ranges(dst, rows, dst_first, src, src_first, width):
+    """dst[rows[k], dst_first:+width] += src[k, src_first:+width], both C-contiguous: row
+    slices keep the loop vectorized (a strided view is typed 'A' layout: scalar loads). It
+    reads a column range of src through its parent (a concat's gradient halves) and adds into
+    a column range of dst (a block input it only slices, scatter_add_columns)."""
     for k in range(rows.shape[0]):
-        row = parent[k, first:first + width]      # a slice: indexing with first + j stays scalar
-        out = dst[rows[k]]
+        row = src[k, src_first:src_first + width]
+        out = dst[rows[k], dst_first:dst_first + width]
         for j in range(width):
             out[j] += row[j]
 
@@ -60,27 +61,16 @@ def scatter_add_rows(dst, rows, src):
         s2 = s2.astype(d2.dtype)
     columns = None if s2.flags.c_contiguous else _column_range(s2)
     if columns is not None and len(rows):
-        _scatter_add_columns(d2, rows, *columns)
+        _scatter_add_ranges(d2, rows, 0, columns[0], columns[1], d2.shape[1])
     else:
         _scatter_add_2d(d2, rows, s2)
-
-
-@njit(cache=True)
-def _scatter_add_into_columns(dst, rows, first, src):
-    """dst[rows[k], first:first + width] += src[k]: a slice of a C-contiguous row, so the
-    loop vectorizes."""
-    width = src.shape[1]
-    for k in range(rows.shape[0]):
-        out = dst[rows[k], first:first + width]
-        for j in range(width):
-            out[j] += src[k, j]
 
 
 def scatter_add_columns(dst, rows, first, src):
     """Add each row of 2-D `src` into columns first.. of `dst`'s rows `rows` (dst 2-D)."""
     rows = np.asarray(rows, np.int64)
     if isinstance(dst, np.ndarray) and _compiled(dst) and dst.flags.c_contiguous and src.dtype == dst.dtype:
-        _scatter_add_into_columns(dst, rows, first, np.ascontiguousarray(src))
+        _scatter_add_ranges(dst, rows, first, np.ascontiguousarray(src), 0, src.shape[1])
     else:
         scatter_add_rows(dst[:, first:first + src.shape[1]], rows, src)
 
