@@ -235,8 +235,11 @@ class Program:
     @staticmethod
     def _fused_inputs(run, vals):
         """A run's kernel arguments: its slots' values, each (B, width) as the kernel indexes
-        them (a run reads only vectors), and its parameters' data."""
-        return [vals[key] if kind == "slot" else by_id(key).data for kind, key in run.inputs]
+        them (a run reads only vectors), and its parameters' data. A strided slot value (a
+        column range of a block input) is copied to rows first: numba types it 'A' layout
+        and its loops then run scalar, 10-20x slower than vectorized (W2's first LSTM step
+        read its gates that way: 370 us a batch of 64 rows)."""
+        return [np.ascontiguousarray(vals[key]) if kind == "slot" else by_id(key).data for kind, key in run.inputs]
 
     def _forward_fused(self, xp, run, vals, size):
         outs = [xp.empty((size, run.n), run.dtype) for _ in run.outputs]
