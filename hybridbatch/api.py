@@ -120,11 +120,17 @@ def log(x):
 
 
 def add_n(xs):
-    """Sum of a list of same-shaped values in one op."""
+    """Sum of a list of same-shaped values in one op. A batching scope batches the add_n's
+    of one type together whatever their operand counts (ops.elementwise.RaggedAddN)."""
     xs = list(xs)
     if not xs:
         raise ValueError("add_n needs at least one operand")
-    return xs[0] if len(xs) == 1 else apply(E.AddN, tuple(xs))
+    if len(xs) == 1:
+        return xs[0]
+    scope = _local.scope
+    if scope is not None and not scope.tracing:     # a trace keeps one operand per position
+        return scope.record_ragged(E.RaggedAddN, E.AddN, tuple(xs))
+    return apply(E.AddN, tuple(xs))
 
 
 def concat(xs, axis=0):

@@ -230,7 +230,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                     needs.append(by_id(pid).grad_req != "null")
             if not any(needs) and not op.saves:
                 continue
-            xs = None if op.saves else operands(plan, arenas, b, sig, size)   # saved: its own inputs
+            xs = None if op.saves else operands(plan, arenas, b, sig)   # saved: its own inputs
             ys = [arenas[a][s:s + size] for a, s in outs]
             gys = [grad_arena(a)[s:s + size] for a, s in outs]
             aux = batch_aux(plan, b, op)
@@ -238,8 +238,10 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             groups = _output_groups(op, nodes, live, mark, read)
             if groups is None:
                 # rows the seed does not reach: eager never visits them, and their zero output
-                # gradient times an inf local derivative would put NaN into shared gradients
-                groups = [(live if n_live < size else None, None)]
+                # gradient times an inf local derivative would put NaN into shared gradients.
+                # A ragged op's operand rows are not its nodes; it is linear, so it is
+                # differentiated whole (the rows not reached add zeros).
+                groups = [(live if n_live < size and not op.ragged else None, None)]
             for mask, given in groups:
                 rows, g_xs, g_ys, g_gys, g_aux, g_saved = None, xs, ys, gys, aux, saved
                 if mask is not None:
@@ -268,11 +270,12 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                     if rows is not None:
                         gx = _at_rows(gx, rows, size, xp)
                     grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
+                    n = plan.g_size[k]
                     if plan.g_kind[k] == 2:
                         p = plan.g_off[k]
-                        for owner in np.unique(plan.row_arena[p:p + size]):
+                        for owner in np.unique(plan.row_arena[p:p + n]):
                             grad_arena(owner)
-                    scatter_add(plan, grads, k, size, gx)
+                    scatter_add(plan, grads, k, n, gx)
 
 
 def _at_rows(gx, rows, size, xp):

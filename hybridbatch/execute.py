@@ -57,13 +57,13 @@ def _scatter_rows(dst, rows, gx):
         scatter_add_rows(dst, rows, gx)
 
 
-def operands(plan, arenas, b, sig, size):
+def operands(plan, arenas, b, sig):
     """Kernel operands of batch b: gathered values, or shared parameters as they are."""
     xs = []
     g = plan.g_ptr[b]
     for pid in sig.params:
         if pid is None:
-            xs.append(gather(plan, arenas, g, size))
+            xs.append(gather(plan, arenas, g, plan.g_size[g]))
             g += 1
         else:
             xs.append(by_id(pid).data)
@@ -71,7 +71,10 @@ def operands(plan, arenas, b, sig, size):
 
 
 def batch_aux(plan, b, op):
-    """The batch's integers: (B,) for one per node, (B, k) for ops taking k (block calls)."""
+    """The batch's integers: (B,) for one per node, (B, k) for ops taking k (block calls),
+    a ragged op's operand count per node."""
+    if op.ragged:
+        return plan.operand_counts(b)
     if not op.uses_aux:
         return None
     aux = plan.aux[plan.batch_nodes(b)]
@@ -91,7 +94,7 @@ def _run_batches(plan, arenas, xp, origin):
     for b, size in enumerate(plan.sizes):
         sig = sigs[plan.batch_sig[b]]
         op = sig.op
-        y = op.forward(xp, sig, operands(plan, arenas, b, sig, size), batch_aux(plan, b, op))
+        y = op.forward(xp, sig, operands(plan, arenas, b, sig), batch_aux(plan, b, op))
         if op.saves:
             y, plan.saved[b] = y
         for yj, (a, s) in zip(y if op.n_out > 1 else (y,), plan.outs[b]):
@@ -110,7 +113,7 @@ def _inside(plan, arenas, b, sig, row, xp):
     program = getattr(sig.op, "program", None)
     if program is None:
         return ""
-    xs = [x[row:row + 1] for x in operands(plan, arenas, b, sig, plan.sizes[b])]
+    xs = [x[row:row + 1] for x in operands(plan, arenas, b, sig)]
     aux = batch_aux(plan, b, sig.op)
     found = program.first_nonfinite_step(xp, xs, None if aux is None else aux[row:row + 1])
     return "" if found is None else f" (inside the block: first at {found[0]}, {found[1]})"

@@ -115,47 +115,65 @@ def _depths(earlier, start, arg_ptr, args, is_input, passes_on):
 
 
 @njit(cache=True)
-def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const):
-    """For each (batch, operand position): how to gather the operand rows of the batch."""
+def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragged):
+    """For each (batch, operand position): how to gather the operand rows of the batch. A
+    batch of a ragged op (`ragged`, per node) has one position: every operand of its nodes,
+    node after node."""
     nb = bptr.shape[0] - 1
     g_ptr = np.zeros(nb + 1, np.int64)
     total = 0
     for b in range(nb):
         v0 = order[bptr[b]]
-        k = arg_ptr[v0 + 1] - arg_ptr[v0]
-        g_ptr[b + 1] = g_ptr[b] + k
-        total += k * (bptr[b + 1] - bptr[b])
+        if ragged[v0]:
+            g_ptr[b + 1] = g_ptr[b] + 1
+            for i in range(bptr[b], bptr[b + 1]):
+                total += arg_ptr[order[i] + 1] - arg_ptr[order[i]]
+        else:
+            k = arg_ptr[v0 + 1] - arg_ptr[v0]
+            g_ptr[b + 1] = g_ptr[b] + k
+            total += k * (bptr[b + 1] - bptr[b])
     ng = g_ptr[nb]
+    # the operand node of every gathered row, spec after spec
+    operand = np.empty(total, np.int64)
+    off = np.empty(ng + 1, np.int64)
+    p = 0
+    for b in range(nb):
+        lo, hi = bptr[b], bptr[b + 1]
+        if ragged[order[lo]]:
+            off[g_ptr[b]] = p
+            for i in range(lo, hi):
+                for e in range(arg_ptr[order[i]], arg_ptr[order[i] + 1]):
+                    operand[p] = args[e]
+                    p += 1
+            continue
+        for j in range(g_ptr[b + 1] - g_ptr[b]):
+            off[g_ptr[b] + j] = p
+            for i in range(lo, hi):
+                operand[p] = args[arg_ptr[order[i]] + j]
+                p += 1
+    off[ng] = p
     kind = np.empty(ng, np.int64)
     arena = np.empty(ng, np.int64)
     start = np.empty(ng, np.int64)
-    off = np.empty(ng, np.int64)
     const = np.empty(ng, np.bool_)
     rows = np.empty(total, np.int64)
     row_arena = np.empty(total, np.int64)
-    p = 0
-    for b in range(nb):
-        lo = bptr[b]
-        size = bptr[b + 1] - lo
-        for j in range(g_ptr[b + 1] - g_ptr[b]):
-            g = g_ptr[b] + j
-            u0 = args[arg_ptr[order[lo]] + j]
-            a0, r0 = loc_arena[u0], loc_row[u0]
-            single = consecutive = all_const = True
-            for i in range(size):
-                u = args[arg_ptr[order[lo + i]] + j]
-                rows[p + i] = loc_row[u]
-                row_arena[p + i] = loc_arena[u]
-                single &= loc_arena[u] == a0
-                consecutive &= loc_row[u] == r0 + i
-                all_const &= is_const[u]
-            kind[g] = 0 if (single and consecutive) else (1 if single else 2)
-            arena[g] = a0
-            start[g] = r0
-            off[g] = p
-            const[g] = all_const
-            p += size
-    return g_ptr, kind, arena, start, off, const, rows, row_arena
+    for g in range(ng):
+        u0 = operand[off[g]]
+        a0, r0 = loc_arena[u0], loc_row[u0]
+        single = consecutive = all_const = True
+        for i in range(off[g + 1] - off[g]):
+            u = operand[off[g] + i]
+            rows[off[g] + i] = loc_row[u]
+            row_arena[off[g] + i] = loc_arena[u]
+            single &= loc_arena[u] == a0
+            consecutive &= loc_row[u] == r0 + i
+            all_const &= is_const[u]
+        kind[g] = 0 if (single and consecutive) else (1 if single else 2)
+        arena[g] = a0
+        start[g] = r0
+        const[g] = all_const
+    return g_ptr, kind, arena, start, off[:ng], np.diff(off), const, rows, row_arena
 
 
 def _compact(ids, n_ids):
@@ -270,11 +288,12 @@ class Plan:
         self.outs = [pairs[e - n:e] for e, n in zip(ends.tolist(), k.tolist())]
         self.sizes = np.diff(bptr).tolist()
         self.saved = {}
-        specs = _gather_specs(order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view)
+        ragged = np.array([op.ragged for op in ops], np.bool_)[sig_local]
+        specs = _gather_specs(order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view, ragged)
         self.g_ptr = specs[0].tolist()
         self.g_kind, self.g_arena, self.g_start = specs[1].tolist(), specs[2].tolist(), specs[3].tolist()
-        self.g_off, self.g_const = specs[4].tolist(), specs[5].tolist()
-        self.rows, self.row_arena = specs[6], specs[7]
+        self.g_off, self.g_size, self.g_const = specs[4].tolist(), specs[5].tolist(), specs[6].tolist()
+        self.rows, self.row_arena = specs[7], specs[8]
 
     @property
     def n_batches(self):
@@ -290,3 +309,8 @@ class Plan:
     def batch_nodes(self, b):
         """Local ids of batch b's nodes, in row order."""
         return self.order[self.bptr[b]:self.bptr[b + 1]]
+
+    def operand_counts(self, b):
+        """Per node of batch b, its number of operands (what a ragged op's kernel sums)."""
+        nodes = self.batch_nodes(b)
+        return self.arg_ptr[nodes + 1] - self.arg_ptr[nodes]

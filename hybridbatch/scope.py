@@ -143,6 +143,21 @@ class batching:
                 op.check_aux(sig, aux)
         return Future(self, self._add(sig, ids, aux))
 
+    def record_ragged(self, op, fixed, args):
+        """One node of ragged `op` (ops.registry.Op.ragged) over args when they are values
+        of this scope of one type; otherwise `fixed`'s node, the op of that arity, which
+        checks the operands and names what does not fit."""
+        ids = []
+        for a in args:
+            if a.__class__ is not Future or a.scope is not self:
+                return self.record(fixed, args)
+            ids.append(a.id)
+        types = {self.graph.type[i] for i in ids}
+        if len(types) != 1 or not self.open:
+            return self.record(fixed, args)
+        sig = _sig_by_key.get((op.id, (), tuple(types))) or signature.intern(op, (), tuple(types))
+        return Future(self, self._add(sig, ids, -1))
+
     def _add(self, sig, ids, aux):
         g = self.graph
         if g.origin is not None:

@@ -5,6 +5,7 @@ keeps the batch axis first so per-instance broadcasting still lines up after sta
 """
 import numpy as np
 
+from ..kernels.segments import segment_of_rows, segment_sums
 from .registry import Op, register, expand, unbroadcast, broadcast_shape, check, check_float, check_not_bool
 
 
@@ -213,3 +214,26 @@ class AddN(Op):
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
         return tuple((gy.sum(axis=0) if s else gy) if n else None for s, n in zip(sig.shared, needs))
+
+
+@register
+class RaggedAddN(Op):
+    """add_n as a batching scope records it: a node adds any number of operands of one type.
+
+    Its signature names the type, not the count, so every add_n of that type at a depth is
+    one batch (W2's sentence losses, over as many tokens as each sentence has, were 30
+    batches a step with AddN). The batch's operands come stacked node after node (one
+    operand position, `ragged`), and aux holds each node's count.
+    """
+    name = "add_n"       # what the user called; its signatures have one operand type, AddN's two or more
+    zero_exact = True
+    ragged = True
+
+    def infer(self, attrs, shapes, dtypes):
+        return shapes[0], dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        return segment_sums(xp, xs[0], aux)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        return (gy[xp.asarray(segment_of_rows(aux))] if needs[0] else None,)

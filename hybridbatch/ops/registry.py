@@ -39,6 +39,8 @@ class Op:
                          # and saved_rows(saved, mask) must select rows of saved
     needs_batched = True  # False: may run with shared operands only (its aux sizes the batch)
     add_grad = None      # optional (sig, g_input, gy): add gy into g_input in place (sparse grads)
+    ragged = False       # True: a node takes any number of operands of one type, in one operand
+                         # position: a batch's come stacked node after node, aux = count per node
     zero_exact = False   # True: no ordinary finite operand makes its value or local derivative
                          # inf or NaN (only overflow can), so a zero output gradient gives exact
                          # zeros. Not log (-inf at 0), div (x / 0) or py_func: autograd._output_groups

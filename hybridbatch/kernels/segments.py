@@ -1,0 +1,37 @@
+"""Sums of consecutive runs of rows (segments): the kernel of a ragged add_n batch."""
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _segment_sums(flat, counts, out):
+    o = 0
+    for b in range(counts.shape[0]):
+        for j in range(flat.shape[1]):
+            out[b, j] = flat[o, j]
+        for i in range(1, counts[b]):
+            for j in range(flat.shape[1]):
+                out[b, j] += flat[o + i, j]
+        o += counts[b]
+
+
+def segment_sums(xp, flat, counts):
+    """Row b of the result: the sum of the next counts[b] rows of flat, added one after
+    another from the first, as eager add_n adds its operands (so the bits match). counts: a
+    host int64 array of positive counts summing to len(flat)."""
+    out = xp.empty((len(counts),) + flat.shape[1:], flat.dtype)
+    if xp is np and flat.dtype.kind in "fiuc" and flat.dtype != np.float16:   # numba's types
+        _segment_sums(flat.reshape(len(flat), -1), counts, out.reshape(len(counts), -1))
+        return out
+    # cupy, float16, bool: one indexed add per operand position, in the same order
+    first = np.cumsum(counts) - counts
+    out[...] = flat[xp.asarray(first)]
+    for i in range(1, int(counts.max())):
+        more = np.flatnonzero(counts > i)
+        out[xp.asarray(more)] += flat[xp.asarray(first[more] + i)]
+    return out
+
+
+def segment_of_rows(counts):
+    """Per row of the stacked operands, the segment (node) it belongs to."""
+    return np.repeat(np.arange(len(counts)), counts)
