@@ -9,6 +9,7 @@ arena (kind 1) or, across flushes, a few (kind 2).
 import numpy as np
 from numba import njit
 
+from .layout import rows_by_next_reader
 from .ops.shape import Input, Output
 from .plan_cache import CACHE
 from .schedule import GraphView, lower_bound
@@ -256,6 +257,7 @@ class Plan:
                               np.array([not op.batchable for op in ops], np.bool_),
                               np.array([op.cost for op in ops], np.int64), type_keys(sigs))
         order, bptr, self.cache_hit = CACHE.schedule(policy, self.view, sig)
+        order = rows_by_next_reader(order, bptr, self.view.arg_ptr, self.view.args)
         self.order, self.bptr = order, bptr
         self.args, self.arg_ptr = args, arg_ptr
 
