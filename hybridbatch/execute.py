@@ -94,17 +94,19 @@ def _run_batches(plan, arenas, xp, origin):
     for b, size in enumerate(plan.sizes):
         sig = sigs[plan.batch_sig[b]]
         op = sig.op
-        y = op.forward(xp, sig, operands(plan, arenas, b, sig), batch_aux(plan, b, op))
+        dsts = [arenas[a][s:s + size] for a, s in plan.outs[b]]
+        xs, aux = operands(plan, arenas, b, sig), batch_aux(plan, b, op)
+        y = op.forward(xp, sig, xs, aux, out=dsts) if op.writes_out else op.forward(xp, sig, xs, aux)
         if op.saves:
             y, plan.saved[b] = y
-        for yj, (a, s) in zip(y if op.n_out > 1 else (y,), plan.outs[b]):
-            dst = arenas[a][s:s + size]
+        for yj, dst in zip(y if op.n_out > 1 else (y,), dsts):
             if yj.shape != dst.shape:
                 raise AssertionError(f"kernel {op.name} returned {yj.shape}, expected {dst.shape}")
             if origin is not None and not xp.isfinite(yj).all():   # check_numerics
                 row = first_bad_row(yj, xp)
                 raise_numerics(plan, b, sig, origin, "produced NaN/inf" + _inside(plan, arenas, b, sig, row, xp), row)
-            dst[...] = yj
+            if yj is not dst:       # written in place by a writes_out op
+                dst[...] = yj
 
 
 def _inside(plan, arenas, b, sig, row, xp):

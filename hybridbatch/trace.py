@@ -182,7 +182,10 @@ class Program:
             self._keyed[key] = keyed_part(units, self.outputs, _int_column)
         return self._keyed[key]
 
-    def forward(self, xp, xs, size, ints=None):
+    def forward(self, xp, xs, size, ints=None, out=None):
+        """(outputs, slot values) of the batch. out: per output, an array of its (size,) +
+        shape that a fused run making that output writes straight into (the output is then
+        that array); the caller copies the others."""
         vals = self._inputs(xp, xs, size, self.units(xp))
         todo = vals.units
         if xp is np and ints is not None and DISTINCT["enabled"]:
@@ -195,13 +198,14 @@ class Program:
                 vals.distinct = Distinct(part, first, inverse, key_ints, {s: vals[s] for s in part.boundary})
                 vals.distinct.expand(vals)
                 todo = part.rest
-        self._run(xp, todo, vals, ints, size)
+        into = {} if out is None else dict(zip(reversed(self.outputs), reversed(out)))   # first wins
+        self._run(xp, todo, vals, ints, size, into)
         return tuple(vals[o] for o in self.outputs), vals
 
-    def _run(self, xp, units, vals, ints, size):
+    def _run(self, xp, units, vals, ints, size, into=None):
         for unit in units:
             if isinstance(unit, FusedRun):
-                self._forward_fused(xp, unit, vals, size)
+                self._forward_fused(xp, unit, vals, size, into)
             else:
                 self._step(xp, unit, vals, ints, size)
 
@@ -241,8 +245,9 @@ class Program:
         read its gates that way: 370 us a batch of 64 rows)."""
         return [np.ascontiguousarray(vals[key]) if kind == "slot" else by_id(key).data for kind, key in run.inputs]
 
-    def _forward_fused(self, xp, run, vals, size):
-        outs = [xp.empty((size, run.n), run.dtype) for _ in run.outputs]
+    def _forward_fused(self, xp, run, vals, size, into=None):
+        outs = [xp.empty((size, run.n), run.dtype) if not into or slot not in into else into[slot]
+                for slot in run.outputs]
         run.forward_kernel(size, *self._fused_inputs(run, vals), *outs)
         for slot, out in zip(run.outputs, outs):
             vals[slot] = out
@@ -406,6 +411,7 @@ class Composite(Op):
     """A traced Program as one op: one graph node per block call, one kernel per batch."""
 
     saves = True
+    writes_out = True
     cost = 1
     needs_batched = False
 
@@ -420,8 +426,8 @@ class Composite(Op):
     def infer(self, attrs, shapes, dtypes):
         return signature.TYPES[self.program.out_types[0]]
 
-    def forward(self, xp, sig, xs, aux):
-        outs, vals = self.program.forward(xp, xs, xs[0].shape[0] if xs else len(aux), aux)
+    def forward(self, xp, sig, xs, aux, out=None):
+        outs, vals = self.program.forward(xp, xs, xs[0].shape[0] if xs else len(aux), aux, out)
         return (outs if self.n_out > 1 else outs[0]), vals
 
     def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):

@@ -39,6 +39,8 @@ class Op:
                          # and saved_rows(saved, mask) must select rows of saved
     needs_batched = True  # False: may run with shared operands only (its aux sizes the batch)
     add_grad = None      # optional (sig, g_input, gy): add gy into g_input in place (sparse grads)
+    writes_out = False   # True: forward takes out= (the batch's destination rows, one array per
+                         # output) and may return them, written in place of a copy
     ragged = False       # True: a node takes any number of operands of one type, in one operand
                          # position: a batch's come stacked node after node, aux = count per node
     zero_exact = False   # True: no ordinary finite operand makes its value or local derivative
