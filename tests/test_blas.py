@@ -154,7 +154,7 @@ def test_numpy_from_is_measured_once_and_follows_the_mode(auto_mode, monkeypatch
     monkeypatch.setattr(blas, "_numpy_from", None)
     measured = blas.numpy_from()          # times both libraries once
     assert len(measured) == 2 and all(r in blas.ROWS_TRIED or r == math.inf for r in measured)
-    monkeypatch.setattr(blas, "_crossovers", lambda: pytest.fail("measured twice"))
+    monkeypatch.setattr(blas, "_calibrate", lambda: pytest.fail("measured twice"))
     assert blas.numpy_from() == measured
     blas.use("mkl")
     assert blas.numpy_from() == (math.inf, math.inf) and blas.name() == "mkl"
@@ -178,8 +178,12 @@ def test_an_unloadable_mkl_warns_and_leaves_numpy(monkeypatch):
 
 
 @pytest.mark.parametrize("rows", [1, 20, 70, 130])
-def test_numpy_products_match_in_both_forms(rows):
-    """numpy's x @ W.T and g @ W: plain, or read back from W^T X^T (fewer rows)."""
+@pytest.mark.parametrize("flip_below", [0, 64, 256])
+def test_numpy_products_match_in_both_forms(rows, flip_below, monkeypatch):
+    """numpy's x @ W.T: plain, or read back from W X^T below flip_below() rows; g @ W plain."""
+    monkeypatch.setattr(blas, "_flip_below", flip_below)
+    flipped = []
+    monkeypatch.setattr(blas, "_flipped", lambda x, w: flipped.append(w.shape) or np.ascontiguousarray((w.T @ x.T).T))
     rng = np.random.default_rng(7)
     w = rng.standard_normal((48, 24)).astype(np.float32)
     x = rng.standard_normal((rows, 24)).astype(np.float32)
@@ -187,3 +191,22 @@ def test_numpy_products_match_in_both_forms(rows):
     for got, want in ((blas._numpy_product(x, w.T), x @ w.T), (blas._numpy_product(g, w), g @ w)):
         assert got.flags.c_contiguous
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert flipped == ([(24, 48)] if rows < flip_below else [])
+
+
+def test_flip_below_is_measured_once_in_every_mode(monkeypatch):
+    for mode in ("numpy", "auto") if blas.available() else ("numpy",):
+        monkeypatch.setattr(blas, "_flip_below", None)
+        monkeypatch.setattr(blas, "_numpy_from", None)
+        before = blas.name()
+        blas.use(mode)
+        try:
+            found = blas.flip_below()
+            assert found in (0,) + blas.ROWS_TRIED[1:] + (2 * blas.ROWS_TRIED[-1],)
+            if mode == "auto":
+                assert blas._numpy_from is not None     # measured with it
+            monkeypatch.setattr(blas, "_calibrate", lambda: pytest.fail("measured twice"))
+            assert blas.flip_below() == found
+            monkeypatch.undo()
+        finally:
+            blas.use(before)

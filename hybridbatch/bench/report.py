@@ -13,6 +13,8 @@ def _products(m):
     if mode == "auto" and rows:
         text += " (numpy from " + ", ".join("never" if r is None else f"{r} rows" for r in rows) + \
                 " for a C-ordered / transposed weight)"
+    if mode != "mkl" and m.get("flip_below"):
+        text += f"; numpy's x @ W.T under {m['flip_below']} rows as (W x^T)^T"
     cores = [b["architecture"] for b in m.get("blas_threads") or () if b.get("api") == "openblas"]
     if cores:
         text += f"; OpenBLAS kernels: {cores[0]}"

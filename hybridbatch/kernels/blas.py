@@ -40,7 +40,6 @@ SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by num
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
 ROWS_TRIED = (8, 16, 32, 64, 128)     # the row counts numpy_from() times
 NUMPY_MARGIN = 0.95     # numpy_from() divides numpy's measured times by this: MKL keeps near-ties
-FLIP_ROWS = 128         # numpy's products of fewer rows run as W^T X^T (_numpy_product)
 MODES = ("auto", "mkl", "numpy")
 
 
@@ -147,37 +146,65 @@ def use(which):
 def numpy_from():
     """(rows for a C-ordered right operand, rows for a transposed one): a product a @ b over
     at least the count for b's layout goes to numpy (`_library`); inf: never (MKL), 0:
-    always. In "auto" the first call times both libraries on W1's U (1280 x 512) in both
-    layouts (x @ W.T, a layer's forward; g @ W, its input gradient; MKL packed) for each of
-    ROWS_TRIED rows, best of 3, and takes the count that would have cost least over those
-    sizes, numpy's times counted NUMPY_MARGIN slower: a sum over sizes, so that one noisy
-    size seldom moves it."""
-    global _numpy_from
+    always. In "auto" it is measured once (`_calibrate`) on W1's U (1280 x 512) in both
+    layouts (x @ W.T, a layer's forward; g @ W, its input gradient; MKL packed): for each of
+    ROWS_TRIED rows, best of 3, the count that would have cost least over those sizes,
+    numpy's times counted NUMPY_MARGIN slower: a sum over sizes, so that one noisy size
+    seldom moves it."""
     if _active is None:
         return (0, 0)
     if _pinned:
         return (math.inf, math.inf)
     if _numpy_from is None:
-        with _measuring:
-            if _numpy_from is None:
-                _numpy_from = _crossovers()
+        _calibrate()
     return _numpy_from
 
 
-def _crossovers(rounds=3):
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((1280, 512), dtype=np.float32)
-    found = []
-    with packing():
-        for weight in (w, w.T):
-            xs = [rng.standard_normal((rows, weight.shape[0]), dtype=np.float32) for rows in ROWS_TRIED]
-            mkl = [_best(lambda: _mkl_shared_product(x, weight), rounds) for x in xs]
-            numpy = [_best(lambda: _numpy_product(x, weight), rounds) / NUMPY_MARGIN for x in xs]
-            # the threshold that would have cost least over the sizes tried (MKL below it)
-            costs = [sum(mkl[:i]) + sum(numpy[i:]) for i in range(len(ROWS_TRIED) + 1)]
-            best = min(range(len(costs)), key=lambda i: (costs[i], -i))
-            found.append(ROWS_TRIED[best] if best < len(ROWS_TRIED) else math.inf)
-    return tuple(found)
+def flip_below():
+    """Rows below which numpy multiplies x by a transposed weight as (W x^T)^T (`_numpy_product`).
+
+    Which layout OpenBLAS runs faster depends on its kernels: on the AMD EPYC here its AVX-512
+    ones run the flipped product 1.1-2.5x faster below 128 rows of W1's U, its AVX2 ones 8-13%
+    faster below 16 rows and 3-15% slower from 32 (a C-ordered weight's flip was never more
+    than 4% faster, and up to 20% slower). So it is measured once with numpy_from's sizes,
+    the same least-total-cost rule choosing the count."""
+    if _flip_below is None:
+        _calibrate()
+    return _flip_below
+
+
+def _calibrate(rounds=3):
+    """Measure flip_below() and, in "auto", numpy_from(), once per process (about 0.1 s)."""
+    global _numpy_from, _flip_below
+    with _measuring:
+        if _flip_below is not None and (_numpy_from is not None or _active is None or _pinned):
+            return
+        rng = np.random.default_rng(0)
+        w = rng.standard_normal((1280, 512), dtype=np.float32)
+        found = []
+        with packing():
+            for weight in (w, w.T):
+                xs = [rng.standard_normal((rows, weight.shape[0]), dtype=np.float32) for rows in ROWS_TRIED]
+                numpy = [_best(lambda: x @ weight, rounds) for x in xs]
+                if weight is not w:
+                    flipped = [_best(lambda: _flipped(x, weight), rounds) for x in xs]
+                    i = _cheapest_split(flipped, numpy)
+                    _flip_below = 0 if i == 0 else ROWS_TRIED[i] if i < len(ROWS_TRIED) else 2 * ROWS_TRIED[-1]
+                    numpy = flipped[:i] + numpy[i:]
+                if _active is None or _pinned:
+                    continue
+                mkl = [_best(lambda: _mkl_shared_product(x, weight), rounds) for x in xs]
+                i = _cheapest_split(mkl, [t / NUMPY_MARGIN for t in numpy])    # MKL below it
+                found.append(ROWS_TRIED[i] if i < len(ROWS_TRIED) else math.inf)
+        if found:
+            _numpy_from = tuple(found)
+
+
+def _cheapest_split(below, above):
+    """i minimizing sum(below[:i]) + sum(above[i:]) (the largest i on a tie): times per size
+    of ROWS_TRIED for a choice made below row count ROWS_TRIED[i] and its alternative."""
+    costs = [sum(below[:i]) + sum(above[i:]) for i in range(len(ROWS_TRIED) + 1)]
+    return min(range(len(costs)), key=lambda i: (costs[i], -i))
 
 
 def _best(product, rounds):
@@ -339,14 +366,16 @@ def shared_product(x, w):
 
 
 def _numpy_product(x, w):
-    """x @ w by numpy's BLAS, on fewer than FLIP_ROWS rows (half that for a C-ordered w) as
-    W^T X^T read back to rows. OpenBLAS runs that layout up to 2x faster there; for a
-    transposed weight (a layer's forward, x @ W.T) its AVX-512 kernels do so 1.2-2.3x at
-    16-96 rows of W1's U, while its AVX2 ones are within 4% either way."""
-    flip = FLIP_ROWS if w.T.flags.c_contiguous and not w.flags.c_contiguous else FLIP_ROWS // 2
-    if x.shape[0] < flip and isinstance(x, np.ndarray):
-        return np.ascontiguousarray((w.T @ x.T).T)
+    """x @ w by numpy's BLAS; with a transposed weight (a layer's forward, x @ W.T) on fewer
+    than flip_below() rows as (W x^T)^T, read back to rows."""
+    if (x.shape[0] < (_flip_below if _flip_below is not None else flip_below()) and isinstance(x, np.ndarray)
+            and w.T.flags.c_contiguous and not w.flags.c_contiguous):
+        return _flipped(x, w)
     return x @ w
+
+
+def _flipped(x, w):
+    return np.ascontiguousarray((w.T @ x.T).T)
 
 
 def _mkl_shared_product(x, w):
@@ -371,5 +400,6 @@ _mkl = _load(_initial_mode)
 _active = _mkl      # MKL for small products and packed weights, or None: numpy for all
 _pinned = _mkl is not None and _initial_mode == "mkl"     # MKL for large products too
 _numpy_from = None  # "auto": numpy_from()'s measured row counts
+_flip_below = None  # flip_below()'s measured row count
 _measuring = threading.Lock()
 _state = threading.local()
