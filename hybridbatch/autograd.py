@@ -16,7 +16,7 @@ from .execute import operands, batch_aux, scatter_add, first_bad_row, raise_nume
 from .kernels import blas
 from .ops import ColumnGrad, OuterGrad, RowGrad
 from .parameter import by_id
-from . import signature
+from . import memory, signature
 
 
 @njit(cache=True)
@@ -200,7 +200,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
 
     def grad_arena(a):
         if grads[a] is None:
-            grads[a] = xp.zeros_like(arenas[a])
+            grads[a] = memory.zeros(xp, arenas[a].shape, arenas[a].dtype)
         return grads[a]
 
     grad_arena(loc_arena[seed_node])[loc_row[seed_node]] = 1

@@ -14,7 +14,7 @@ from .ops.shape import Input, Output
 from .plan_cache import CACHE
 from .schedule import GraphView, lower_bound
 from .type_keys import type_keys
-from . import backend, signature
+from . import backend, memory, signature
 
 SLICE, TAKE, MIXED = 0, 1, 2
 
@@ -270,7 +270,7 @@ class Plan:
         xp = backend.xp()
         for t, count in zip(utype.tolist(), counts.tolist()):
             shape, dtype = signature.TYPES[t]
-            arenas.append(xp.empty((count,) + shape, dtype))
+            arenas.append(memory.empty(xp, (count,) + shape, dtype))
         loc = base + type_local
         loc_arena.extend(loc)
         loc_row.extend(rows)

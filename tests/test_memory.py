@@ -1,10 +1,16 @@
-"""malloc tuning at import: on by default with glibc, off with HYBRIDBATCH_KEEP_MEMORY=0."""
+"""malloc tuning at import: on by default with glibc, off with HYBRIDBATCH_KEEP_MEMORY=0; the
+pool that arenas come from hands a buffer out again only once nothing refers to it."""
 import os
 import platform
 import subprocess
 import sys
+import threading
 
+import numpy as np
 import pytest
+
+import hybridbatch as hb
+from hybridbatch import memory
 
 
 def _applied(env_value):
@@ -24,3 +30,69 @@ def test_freed_memory_is_kept_by_default_with_glibc():
 
 def test_opt_out_leaves_malloc_alone():
     assert _applied("0") == "False"
+
+
+SHAPE = (600, 256)      # 600 KB of float32: pooled
+
+
+def test_a_buffer_comes_back_only_when_no_view_of_it_is_alive():
+    a = memory.empty(np, SHAPE, np.float32)
+    view = a[10:20]
+    address = a.ctypes.data
+    del a
+    b = memory.empty(np, SHAPE, np.float32)          # `view` still reads a's buffer
+    assert b.ctypes.data != address and not np.shares_memory(b, view)
+    del view
+    c = memory.empty(np, (590, 256), np.float32)     # the same size class, now idle
+    assert c.ctypes.data == address
+    z = memory.zeros(np, (590, 256), np.float32)
+    assert not z.any() and z.flags.c_contiguous and z.dtype == np.float32
+
+
+def test_small_arrays_and_other_array_modules_are_not_pooled():
+    class FakeXp:
+        @staticmethod
+        def empty(shape, dtype):
+            return ("device", shape, dtype)
+    assert memory.empty(FakeXp, SHAPE, np.float32) == ("device", SHAPE, np.dtype(np.float32))
+    small = memory.empty(np, (4, 4), np.float32)
+    assert small.base is None
+
+
+def test_pools_are_per_thread():
+    mine = memory.empty(np, SHAPE, np.float32)
+    address = mine.ctypes.data
+    del mine
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(memory.empty(np, SHAPE, np.float32).ctypes.data))
+    thread.start()
+    thread.join()
+    assert seen[0] != address
+
+
+def test_a_live_scope_keeps_its_arenas_while_later_scopes_run():
+    """Scope A's values and its backward are read after scope B, of the same shapes, ran:
+    B never got A's arenas."""
+    W = hb.Parameter("W", (256, 256), rng=np.random.default_rng(0))
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((700, 256)).astype(np.float32) for _ in range(2)]
+
+    def run(x):
+        with hb.batching() as scope:
+            h = [hb.tanh(W @ hb.array(row)) for row in x]
+            loss = hb.sum(hb.add_n(h))
+            scope.forward()
+        return h, loss
+
+    h_a, loss_a = run(xs[0])
+    first = [f.asnumpy() for f in h_a[:5]]
+    h_b, loss_b = run(xs[1])
+    loss_b.backward()
+    grad_b = W.grad.copy()
+    W.zero_grad()
+    for f, want in zip(h_a[:5], first):
+        np.testing.assert_array_equal(f.asnumpy(), want)
+    loss_a.backward()
+    eager = np.tanh(xs[0] @ W.data.T)
+    np.testing.assert_allclose(W.grad, ((1 - eager ** 2).T @ xs[0]), rtol=1e-4, atol=1e-3)
+    assert not np.allclose(W.grad, grad_b)
