@@ -125,6 +125,7 @@ def test_auto_sends_products_by_their_rows_and_the_weight_layout(auto_mode, monk
     right operand; MKL takes the rest. A shared-weight product's rows are its left
     operand's; a weight gradient's (gemm, add_product) the rows it sums over."""
     monkeypatch.setattr(blas, "_numpy_from", numpy_from)
+    monkeypatch.setattr(blas, "_one_row", (False, False))
     calls = []
     call = blas._call
     monkeypatch.setattr(blas, "_call", lambda lib, *rest: calls.append(rest[1].shape) or call(lib, *rest))
@@ -150,16 +151,42 @@ def test_auto_sends_products_by_their_rows_and_the_weight_layout(auto_mode, monk
 
 
 @needs_mkl
+@pytest.mark.parametrize("one_row", [(True, False), (False, True)])
+def test_one_row_products_go_where_numpy_one_row_says(auto_mode, monkeypatch, one_row):
+    """A single row (eager mode's every product) follows numpy_one_row() per layout; two rows
+    follow numpy_from() (here: MKL below 8 rows)."""
+    monkeypatch.setattr(blas, "_numpy_from", (8, 8))
+    monkeypatch.setattr(blas, "_one_row", one_row)
+    to_mkl = []
+    call = blas._call
+    monkeypatch.setattr(blas, "_call", lambda lib, *rest: to_mkl.append(rest[1].shape) or call(lib, *rest))
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((512, 96)).astype(np.float32)
+    for rows in (1, 2):
+        x = rng.standard_normal((rows, 512)).astype(np.float32)
+        g = rng.standard_normal((rows, 96)).astype(np.float32)
+        for a, b, layout in ((x, w, 0), (g, w.T, 1)):
+            to_mkl.clear()
+            np.testing.assert_allclose(blas.shared_product(a, b), a @ b, rtol=1e-5, atol=1e-4)
+            assert bool(to_mkl) == (rows == 2 or not one_row[layout]), (rows, layout)
+    assert blas.numpy_one_row() == one_row
+
+
+@needs_mkl
 def test_numpy_from_is_measured_once_and_follows_the_mode(auto_mode, monkeypatch):
     monkeypatch.setattr(blas, "_numpy_from", None)
+    monkeypatch.setattr(blas, "_one_row", None)
     measured = blas.numpy_from()          # times both libraries once
+    assert blas._one_row is not None and len(blas.numpy_one_row()) == 2     # measured with it
     assert len(measured) == 2 and all(r in blas.ROWS_TRIED or r == math.inf for r in measured)
     monkeypatch.setattr(blas, "_calibrate", lambda: pytest.fail("measured twice"))
     assert blas.numpy_from() == measured
     blas.use("mkl")
     assert blas.numpy_from() == (math.inf, math.inf) and blas.name() == "mkl"
+    assert blas.numpy_one_row() == (False, False)
     blas.use("numpy")
     assert blas.numpy_from() == (0, 0) and blas.name() == "numpy"
+    assert blas.numpy_one_row() == (True, True)
 
 
 def test_use_mkl_without_mkl_says_how_to_get_it(monkeypatch):

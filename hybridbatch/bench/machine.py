@@ -88,6 +88,7 @@ def machine_info():
         "blas_threads": _blas_threads(),
         "host_products": blas.name(),
         "numpy_from": [r if r != float("inf") else None for r in blas.numpy_from()],
+        "numpy_one_row": list(blas.numpy_one_row()),
         "flip_below": blas.flip_below(),
         "blas_kernel_settings": {v: os.environ[v] for v in BLAS_KERNEL_VARS if v in os.environ},
         "mkl": blas.version(),

@@ -11,7 +11,9 @@ def _products(m):
     text = mode = m.get("host_products", "numpy")
     rows = m.get("numpy_from")
     if mode == "auto" and rows:
-        text += " (numpy from " + ", ".join("never" if r is None else f"{r} rows" for r in rows) + \
+        single = m.get("numpy_one_row") or (False, False)
+        text += " (numpy from " + ", ".join(("1 row and " if one else "") + ("never" if r is None else f"{r} rows")
+                                            for r, one in zip(rows, single)) + \
                 " for a C-ordered / transposed weight)"
     if mode != "mkl" and m.get("flip_below"):
         text += f"; numpy's x @ W.T under {m['flip_below']} rows as (W x^T)^T"
