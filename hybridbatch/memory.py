@@ -51,7 +51,6 @@ APPLIED = keep_freed_memory()
 POOLED_BYTES = 256 << 10      # smaller arrays come from malloc as they are
 BUFFERS_PER_SIZE = 8          # more arenas of one size class alive at once are not pooled
 _pools = threading.local()    # per thread: size class -> buffers (1-D uint8)
-_IDLE_REFS = 3                # the pool's list, the loop variable and getrefcount's argument
 
 
 def empty(xp, shape, dtype):
@@ -72,6 +71,16 @@ def zeros(xp, shape, dtype):
     return out
 
 
+def _idle_refs():
+    """The reference count `_idle_buffer` sees for a buffer nothing else refers to, read the
+    same way (the list, the loop variable, the call's argument: 3 on CPython 3.11; an
+    interpreter that counts fewer of them gives its own number, and a live view still adds
+    one)."""
+    free = [np.empty(1, np.uint8)]
+    for buf in free:
+        return sys.getrefcount(buf)
+
+
 def _idle_buffer(nbytes):
     """A pooled buffer of at least nbytes that no array refers to, or a new one (pooled while
     its size class has room). Sizes round up to a quarter power of two: arenas differ in
@@ -89,3 +98,6 @@ def _idle_buffer(nbytes):
     if len(free) < BUFFERS_PER_SIZE:
         free.append(buf)
     return buf
+
+
+_IDLE_REFS = _idle_refs()
