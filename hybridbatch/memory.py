@@ -50,6 +50,7 @@ APPLIED = keep_freed_memory()
 
 POOLED_BYTES = 256 << 10      # smaller arrays come from malloc as they are
 BUFFERS_PER_SIZE = 8          # more arenas of one size class alive at once are not pooled
+POOL_LIMIT = 256 << 20        # bytes a thread's pool holds at most (more buffers are not kept)
 _pools = threading.local()    # per thread: size class -> buffers (1-D uint8)
 
 
@@ -90,13 +91,15 @@ def _idle_buffer(nbytes):
     pool = getattr(_pools, "by_size", None)
     if pool is None:
         pool = _pools.by_size = {}
+        _pools.held = 0
     free = pool.setdefault(size, [])
     for buf in free:
         if sys.getrefcount(buf) == _IDLE_REFS:
             return buf
     buf = np.empty(size, np.uint8)
-    if len(free) < BUFFERS_PER_SIZE:
+    if len(free) < BUFFERS_PER_SIZE and _pools.held + size <= POOL_LIMIT:
         free.append(buf)
+        _pools.held += size
     return buf
 
 

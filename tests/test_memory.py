@@ -59,6 +59,22 @@ def test_small_arrays_and_other_array_modules_are_not_pooled():
     assert small.base is None
 
 
+def test_a_thread_pools_at_most_pool_limit_bytes(monkeypatch):
+    def pool_in_new_thread():
+        kept = []
+        arrays = [memory.empty(np, (300 + 40 * k, 256), np.float32) for k in range(6)]   # six size classes
+        kept.append(sum(b.nbytes for bufs in memory._pools.by_size.values() for b in bufs))
+        kept.append(memory._pools.held)
+        return arrays, kept
+    monkeypatch.setattr(memory, "POOL_LIMIT", 1 << 20)
+    out = []
+    thread = threading.Thread(target=lambda: out.append(pool_in_new_thread()))
+    thread.start()
+    thread.join()
+    arrays, (pooled, held) = out[0]
+    assert pooled == held <= 1 << 20 < sum(a.nbytes for a in arrays)
+
+
 def test_pools_are_per_thread():
     mine = memory.empty(np, SHAPE, np.float32)
     address = mine.ctypes.data
