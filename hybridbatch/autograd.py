@@ -270,12 +270,11 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                     if rows is not None:
                         gx = _at_rows(gx, rows, size, xp)
                     grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
-                    n = plan.g_size[k]
                     if plan.g_kind[k] == 2:
                         p = plan.g_off[k]
-                        for owner in np.unique(plan.row_arena[p:p + n]):
+                        for owner in np.unique(plan.row_arena[p:p + plan.g_size[k]]):
                             grad_arena(owner)
-                    scatter_add(plan, grads, k, n, gx)
+                    scatter_add(plan, grads, k, gx)
 
 
 def _at_rows(gx, rows, size, xp):

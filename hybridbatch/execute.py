@@ -9,9 +9,9 @@ from .plan import SLICE, TAKE
 from . import backend, signature
 
 
-def gather(plan, arenas, g, size):
-    """The (size,)+shape operand array described by gather spec g."""
-    a, s = plan.g_arena[g], plan.g_start[g]
+def gather(plan, arenas, g):
+    """The operand array described by gather spec g: its g_size rows."""
+    a, s, size = plan.g_arena[g], plan.g_start[g], plan.g_size[g]
     kind = plan.g_kind[g]
     if kind == SLICE:
         return arenas[a][s:s + size]
@@ -27,10 +27,10 @@ def gather(plan, arenas, g, size):
     return out
 
 
-def scatter_add(plan, grads, g, size, gx):
-    """Add gx (one row per node of the batch, or a ColumnGrad of those rows) into the
+def scatter_add(plan, grads, g, gx):
+    """Add gx (one row per gathered row of spec g, or a ColumnGrad of those rows) into the
     gradient arenas behind gather spec g."""
-    a, s = plan.g_arena[g], plan.g_start[g]
+    a, s, size = plan.g_arena[g], plan.g_start[g], plan.g_size[g]
     kind = plan.g_kind[g]
     if kind == SLICE:
         if gx.__class__ is ColumnGrad:
@@ -63,7 +63,7 @@ def operands(plan, arenas, b, sig):
     g = plan.g_ptr[b]
     for pid in sig.params:
         if pid is None:
-            xs.append(gather(plan, arenas, g, plan.g_size[g]))
+            xs.append(gather(plan, arenas, g))
             g += 1
         else:
             xs.append(by_id(pid).data)
