@@ -125,7 +125,8 @@ def test_auto_sends_products_by_their_rows_and_the_weight_layout(auto_mode, monk
     right operand; MKL takes the rest. A shared-weight product's rows are its left
     operand's; a weight gradient's (gemm, add_product) the rows it sums over."""
     monkeypatch.setattr(blas, "_numpy_from", numpy_from)
-    monkeypatch.setattr(blas, "_one_row", (False, False))
+    monkeypatch.setattr(blas, "_one_row", ("mkl", "mkl"))
+    monkeypatch.setattr(blas, "_kernel_below", (0, 0))
     calls = []
     call = blas._call
     monkeypatch.setattr(blas, "_call", lambda lib, *rest: calls.append(rest[1].shape) or call(lib, *rest))
@@ -151,42 +152,94 @@ def test_auto_sends_products_by_their_rows_and_the_weight_layout(auto_mode, monk
 
 
 @needs_mkl
-@pytest.mark.parametrize("one_row", [(True, False), (False, True)])
-def test_one_row_products_go_where_numpy_one_row_says(auto_mode, monkeypatch, one_row):
-    """A single row (eager mode's every product) follows numpy_one_row() per layout; two rows
-    follow numpy_from() (here: MKL below 8 rows)."""
+@pytest.mark.parametrize("one_row", [("numpy", "mkl"), ("mkl", "numpy"), ("kernel", "mkl")])
+def test_one_row_products_go_where_one_row_says(auto_mode, monkeypatch, one_row):
+    """A single row (eager mode's every product) follows one_row() per layout; two rows
+    follow the splits (here: MKL below 8 rows)."""
     monkeypatch.setattr(blas, "_numpy_from", (8, 8))
+    monkeypatch.setattr(blas, "_kernel_below", (0, 0))
     monkeypatch.setattr(blas, "_one_row", one_row)
-    to_mkl = []
-    call = blas._call
-    monkeypatch.setattr(blas, "_call", lambda lib, *rest: to_mkl.append(rest[1].shape) or call(lib, *rest))
+    took = []
+    call, kernel = blas._call, blas.few_rows.product
+    monkeypatch.setattr(blas, "_call", lambda lib, *rest: took.append("mkl") or call(lib, *rest))
+    monkeypatch.setattr(blas.few_rows, "product", lambda *a: took.append("kernel") or kernel(*a))
     rng = np.random.default_rng(6)
     w = rng.standard_normal((512, 96)).astype(np.float32)
     for rows in (1, 2):
         x = rng.standard_normal((rows, 512)).astype(np.float32)
         g = rng.standard_normal((rows, 96)).astype(np.float32)
         for a, b, layout in ((x, w, 0), (g, w.T, 1)):
-            to_mkl.clear()
+            took.clear()
             np.testing.assert_allclose(blas.shared_product(a, b), a @ b, rtol=1e-5, atol=1e-4)
-            assert bool(to_mkl) == (rows == 2 or not one_row[layout]), (rows, layout)
-    assert blas.numpy_one_row() == one_row
+            assert took == (["mkl"] if rows == 2 else [] if one_row[layout] == "numpy" else [one_row[layout]]), \
+                (rows, layout)
+    assert blas.one_row() == one_row
+
+
+@pytest.mark.parametrize("kernel_below", [(8, 0), (0, 8), (256, 256)])
+def test_auto_sends_few_rows_to_the_kernel(auto_mode, monkeypatch, kernel_below):
+    """From 2 rows up to kernel_below() (exclusive) for the weight's layout, a shared weight's
+    product runs in the few-rows kernel; only there, and only in "auto"; what it cannot take
+    (other dtypes, a strided weight) goes to a library."""
+    monkeypatch.setattr(blas, "_kernel_below", kernel_below)
+    monkeypatch.setattr(blas, "_one_row", ("numpy", "numpy"))
+    monkeypatch.setattr(blas, "_numpy_from", (0, 0))
+    took = []
+    kernel = blas.few_rows.product
+    monkeypatch.setattr(blas.few_rows, "product", lambda x, w: took.append(x.shape[0]) or kernel(x, w))
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((64, 80)).astype(np.float32)
+    expected = []
+    for rows in (1, 2, 7, 8, 300):
+        x = rng.standard_normal((rows, 64)).astype(np.float32)
+        g = rng.standard_normal((rows, 80)).astype(np.float32)
+        for a, b, layout in ((x, w, 0), (g, w.T, 1)):
+            np.testing.assert_allclose(blas.shared_product(a, b), a @ b, rtol=1e-5, atol=1e-4)
+            if 1 < rows < kernel_below[layout]:
+                expected.append(rows)
+    assert took == expected
+    took.clear()
+    x = rng.standard_normal((4, 64))
+    for a, b in ((x, w), (x.astype(np.float32), w.astype(np.float64)), (x.astype(np.float32), w[:, ::2])):
+        np.testing.assert_allclose(blas.shared_product(a, b), a @ b, rtol=1e-5, atol=1e-4)
+    blas.use("numpy")
+    blas.shared_product(x, w.astype(np.float64))
+    assert took == [] and blas.kernel_below() == (0, 0)
+
+
+def test_routes_split_the_sizes_at_least_total_time():
+    """The calibration's rule on given times for 1 and ROWS_TRIED rows."""
+    n = len(blas.ROWS_TRIED)
+    fast, slow = [1.0] * (n + 1), [2.0] * (n + 1)
+    assert blas._routes(fast, slow, slow) == (2 * blas.ROWS_TRIED[-1], 2 * blas.ROWS_TRIED[-1], "kernel")
+    # the kernel up to 8 rows, MKL up to 32, numpy from there; numpy for one row
+    kernel = [2.0] + [1.0] * 3 + [3.0] * (n - 3)
+    mkl = [2.0] + [2.0] * 3 + [1.0] * 2 + [3.0] * (n - 5)
+    numpy = [1.0] + [3.0] * 3 + [2.5] * 2 + [1.0] * (n - 5)
+    assert blas._routes(kernel, mkl, numpy) == (16, 64, "numpy")
+    assert blas._routes(kernel, [math.inf] * (n + 1), numpy) == (16, 16, "numpy")     # no MKL
+    assert blas._routes(slow, fast, slow) == (0, math.inf, "mkl")       # MKL wins every size
 
 
 @needs_mkl
 def test_numpy_from_is_measured_once_and_follows_the_mode(auto_mode, monkeypatch):
     monkeypatch.setattr(blas, "_numpy_from", None)
     monkeypatch.setattr(blas, "_one_row", None)
-    measured = blas.numpy_from()          # times both libraries once
-    assert blas._one_row is not None and len(blas.numpy_one_row()) == 2     # measured with it
-    assert len(measured) == 2 and all(r in blas.ROWS_TRIED or r == math.inf for r in measured)
+    monkeypatch.setattr(blas, "_kernel_below", None)
+    measured = blas.numpy_from()          # times the libraries once
+    assert blas._one_row is not None and blas._kernel_below is not None     # measured with it
+    assert all(c in ("kernel", "mkl", "numpy") for c in blas.one_row())
+    bounds = (0,) + blas.ROWS_TRIED[1:] + (2 * blas.ROWS_TRIED[-1],)
+    assert len(measured) == 2 and all(r in bounds or r == math.inf for r in measured)
+    assert all(k in bounds and k <= r for k, r in zip(blas.kernel_below(), measured))
     monkeypatch.setattr(blas, "_calibrate", lambda: pytest.fail("measured twice"))
     assert blas.numpy_from() == measured
     blas.use("mkl")
     assert blas.numpy_from() == (math.inf, math.inf) and blas.name() == "mkl"
-    assert blas.numpy_one_row() == (False, False)
+    assert blas.one_row() == ("mkl", "mkl") and blas.kernel_below() == (0, 0)
     blas.use("numpy")
     assert blas.numpy_from() == (0, 0) and blas.name() == "numpy"
-    assert blas.numpy_one_row() == (True, True)
+    assert blas.one_row() == ("numpy", "numpy") and blas.kernel_below() == (0, 0)
 
 
 def test_use_mkl_without_mkl_says_how_to_get_it(monkeypatch):

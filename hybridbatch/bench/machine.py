@@ -88,7 +88,8 @@ def machine_info():
         "blas_threads": _blas_threads(),
         "host_products": blas.name(),
         "numpy_from": [r if r != float("inf") else None for r in blas.numpy_from()],
-        "numpy_one_row": list(blas.numpy_one_row()),
+        "kernel_below": list(blas.kernel_below()),
+        "one_row": list(blas.one_row()),
         "flip_below": blas.flip_below(),
         "blas_kernel_settings": {v: os.environ[v] for v in BLAS_KERNEL_VARS if v in os.environ},
         "mkl": blas.version(),
@@ -100,12 +101,14 @@ def machine_info():
 def gemm_rate(repeats=7, shape=GEMM_SHAPE, seed=0):
     """The machine's single-process float32 GEMM rate (FLOP/s) on (m x k) @ (k x n).
 
-    Each repeat times the product with numpy's BLAS and, when it is loaded, with MKL
-    (kernels/blas.py), and keeps the faster: the limit is the best GEMM this process can run,
-    whichever library the batched kernels use. Median of `repeats` after one untimed product
-    each. Returns a dict with the rate, every sample and each library's median rate."""
+    Each repeat times the product with numpy's BLAS, with MKL when it is loaded, and with
+    the few-rows kernel in "auto" mode (kernels/blas.py; on b as the transposed view of a
+    C-ordered copy, its faster layout), and keeps the fastest: the limit is the best GEMM
+    this process can run, whichever library the batched kernels use. Median of `repeats`
+    after one untimed product each. Returns a dict with the rate, every sample and each
+    library's median rate."""
     import numpy as np
-    from ..kernels import blas
+    from ..kernels import blas, few_rows
     m, k, n = shape
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((m, k), dtype=np.float32)
@@ -114,6 +117,9 @@ def gemm_rate(repeats=7, shape=GEMM_SHAPE, seed=0):
     products = {"numpy": lambda: np.matmul(a, b, out=out)}
     if blas.available():
         products["mkl"] = lambda: blas.gemm(a, b, library="mkl")
+    if blas.name() == "auto":
+        b_rows = np.ascontiguousarray(b.T)
+        products["kernel"] = lambda: few_rows.product(a, b_rows.T)
     flops = 2.0 * m * k * n
     times = {lib: [] for lib in products}
     for lib, product in products.items():

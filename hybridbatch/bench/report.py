@@ -6,15 +6,14 @@ SPLIT_NAMES = {"record": "recording", "schedule": "scheduling", "forward": "forw
 
 
 def _products(m):
-    """The BLAS mode (in "auto", from how many rows numpy takes products) and OpenBLAS's
-    kernels with the settings that pinned them."""
+    """The BLAS mode (in "auto", which library takes how many rows) and OpenBLAS's kernels
+    with the settings that pinned them."""
     text = mode = m.get("host_products", "numpy")
-    rows = m.get("numpy_from")
-    if mode == "auto" and rows:
-        single = m.get("numpy_one_row") or (False, False)
-        text += " (numpy from " + ", ".join(("1 row and " if one else "") + ("never" if r is None else f"{r} rows")
-                                            for r, one in zip(rows, single)) + \
-                " for a C-ordered / transposed weight)"
+    rows, below, single = m.get("numpy_from"), m.get("kernel_below"), m.get("one_row")
+    if mode == "auto" and rows and below and single:
+        text += " (" + "; ".join(f"{layout} weight: 1 row {one}, the few-rows kernel below {k} rows, numpy "
+                                 + ("never" if r is None else f"from {r}")
+                                 for layout, k, r, one in zip(("C-ordered", "transposed"), below, rows, single)) + ")"
     if mode != "mkl" and m.get("flip_below"):
         text += f"; numpy's x @ W.T under {m['flip_below']} rows as (W x^T)^T"
     cores = [b["architecture"] for b in m.get("blas_threads") or () if b.get("api") == "openblas"]

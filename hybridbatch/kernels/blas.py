@@ -1,24 +1,27 @@
-"""Host matrix products: MKL when it is installed (through ctypes), numpy's BLAS otherwise.
+"""Host matrix products: a compiled kernel for few rows, MKL (through ctypes) when it is
+installed, numpy's BLAS otherwise.
 
 Why not numpy alone: a recursive model multiplies the same weight by one small block of rows
 per tree level. numpy's OpenBLAS packs the whole weight (2.6 MB for W1's U) again on every
 call, so levels of fewer than 128 rows run at 13-67 GFLOP/s on this project's machine. MKL's
 packed GEMM (`cblas_sgemm_pack` + `cblas_sgemm_compute`) packs a weight once and reuses it:
 inside `packing()` (one forward run, one backward run) a shared weight is packed on its
-second product and dropped at the end, so nothing stale survives a parameter update.
+second product and dropped at the end, so nothing stale survives a parameter update. Fewer
+rows still are best served by streaming the weight once (`few_rows.py`): 2-4x faster than
+either library below 16 rows there.
 
 Why not MKL alone: on some CPUs numpy's OpenBLAS runs larger products faster (an AMD EPYC
 here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up with OpenBLAS's AVX2 kernels,
 about twice MKL's rate with its AVX-512 ones), while MKL stays ahead on few rows. In the
-default mode, "auto", a product whose batch rows reach `numpy_from()`'s count for its
-weight's layout goes to numpy: the first product in a process times both
-libraries on a range of row counts (once, about 0.1 s). Smaller products, and every
-product where numpy never wins, go to MKL and its packed weights. `use("mkl")` sends every
-product to MKL, `use("numpy")` none; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at
-import, and =numpy also keeps MKL from loading. MKL follows MKL_NUM_THREADS; when that (or
+default mode, "auto", the first product in a process times the three on a range of row
+counts (once, about 0.2 s): a shared weight's product of fewer than `kernel_below()` rows
+goes to the kernel, one of at least `numpy_from()` rows to numpy, and the rest to MKL and its
+packed weights (`one_row()` picks for a single row). `use("mkl")` sends every product to MKL,
+`use("numpy")` every one to numpy; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at import,
+and =numpy also keeps MKL from loading. MKL follows MKL_NUM_THREADS; when that (or
 OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no OpenMP runtime joins the
-process. Only float32/float64 C- or Fortran-ordered operands on the host go to MKL; anything
-else (cupy arrays, other dtypes, odd strides) is numpy's.
+process. Only float32/float64 C- or Fortran-ordered operands on the host go to MKL or the
+kernel; anything else (cupy arrays, other dtypes, odd strides) is numpy's.
 """
 import contextlib
 import ctypes
@@ -32,14 +35,16 @@ import warnings
 import numpy as np
 from numba import njit
 
+from . import few_rows
+
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 B_MATRIX, PACKED = 162, 151
 THREADING_SEQUENTIAL = 1
 INTERFACE_LP64 = 0
 SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by numpy (shared_product)
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
-ROWS_TRIED = (8, 16, 32, 64, 128)     # the row counts numpy_from() times
-NUMPY_MARGIN = 0.95     # numpy_from() divides numpy's measured times by this: MKL keeps near-ties
+ROWS_TRIED = (2, 4, 8, 16, 32, 64, 128)     # the row counts the calibration times (and 1)
+NUMPY_MARGIN = 0.95     # the calibration divides numpy's measured times by this: MKL keeps near-ties
 MODES = ("auto", "mkl", "numpy")
 
 
@@ -116,8 +121,8 @@ def _load(mode=None):
 
 
 def name():
-    """The mode in use: "auto" (MKL, larger products by `numpy_from()`), "mkl" or "numpy"."""
-    return "numpy" if _active is None else "mkl" if _pinned else "auto"
+    """The mode in use: "auto" (measured routing, `_calibrate`), "mkl" or "numpy"."""
+    return _mode_in_use
 
 
 def available():
@@ -131,27 +136,35 @@ def version():
 
 
 def use(which):
-    """Send host products to MKL ("mkl"), to numpy ("numpy"), or to MKL with the larger ones
-    by `numpy_from()` ("auto"; numpy alone when MKL is not available)."""
-    global _active, _pinned
+    """Send host products to MKL ("mkl"), to numpy ("numpy"), or by rows to the few-rows
+    kernel, MKL (when available) and numpy, as measured ("auto")."""
+    global _active, _pinned, _mode_in_use
     if which not in MODES:
         raise ValueError(f"unknown BLAS {which!r}; expected 'auto', 'mkl' or 'numpy'")
     if which == "mkl" and _mkl is None:
         raise RuntimeError("MKL is not available: install the `mkl` package (pip install 'hybridbatch[mkl]'), "
                            "and do not set HYBRIDBATCH_BLAS=numpy")
+    _mode_in_use = which
     _active = None if which == "numpy" else _mkl
     _pinned = which == "mkl"
 
 
+def kernel_below():
+    """(rows for a C-ordered weight, rows for a transposed one): a shared weight's product
+    of 2 up to this many rows (exclusive) runs in the few-rows kernel (`few_rows.py`); 0 in
+    "mkl" and "numpy" modes. Measured once (`_calibrate`)."""
+    if _mode_in_use != "auto":
+        return (0, 0)
+    if _kernel_below is None:
+        _calibrate()
+    return _kernel_below
+
+
 def numpy_from():
     """(rows for a C-ordered right operand, rows for a transposed one): a product a @ b over
-    at least the count for b's layout goes to numpy (`_library`); inf: never (MKL), 0:
-    always. In "auto" it is measured once (`_calibrate`) on W1's U (1280 x 512) in both
-    layouts (x @ W.T, a layer's forward; g @ W, its input gradient; MKL packed): for each of
-    ROWS_TRIED rows, best of 3, the count that would have cost least over those sizes,
-    numpy's times counted NUMPY_MARGIN slower: a sum over sizes, so that one noisy size
-    seldom moves it."""
-    if _active is None:
+    at least the count for b's layout goes to numpy (`_library`), unless the few-rows kernel
+    takes it; inf: never (MKL), 0: always. In "auto" it is measured once (`_calibrate`)."""
+    if _mode_in_use == "numpy":
         return (0, 0)
     if _pinned:
         return (math.inf, math.inf)
@@ -160,17 +173,15 @@ def numpy_from():
     return _numpy_from
 
 
-def numpy_one_row():
-    """(for a C-ordered right operand, for a transposed one): whether numpy takes a product
-    of one row, whatever numpy_from() says. One row is a matrix-vector product: numpy's
-    GEMV streams the weight once, and on the AMD EPYC here ran it 20-30% faster than MKL's
-    packed product (30 against 41 us for W1's U), while MKL stays 2x faster at 2-6 rows. Eager
-    mode multiplies one row at a time: with MKL there it was 8% (W1) and 9-16% (W2) slower.
-    Measured in the same calibration as numpy_from(), NUMPY_MARGIN included."""
-    if _active is None:
-        return (True, True)
-    if _pinned:
-        return (False, False)
+def one_row():
+    """(for a C-ordered right operand, for a transposed one): "kernel", "mkl" or "numpy", the
+    library that multiplies a single row, whatever the row-count splits say. One row is a
+    matrix-vector product, where MKL's packed product was 20-30% slower than numpy's GEMV on
+    the AMD EPYC here, while it is 2x faster at 2-6 rows. Eager mode multiplies one row at a
+    time: a slow choice here would slow the baseline that batching is measured against.
+    Measured in the same calibration, with more rounds."""
+    if _mode_in_use != "auto":
+        return (_mode_in_use,) * 2
     if _one_row is None:
         _calibrate()
     return _one_row
@@ -182,23 +193,27 @@ def flip_below():
     Which layout OpenBLAS runs faster depends on its kernels: on the AMD EPYC here its AVX-512
     ones run the flipped product 1.1-2.5x faster below 128 rows of W1's U, its AVX2 ones 8-13%
     faster below 16 rows and 3-15% slower from 32 (a C-ordered weight's flip was never more
-    than 4% faster, and up to 20% slower). So it is measured once with numpy_from's sizes,
-    the same least-total-cost rule choosing the count."""
+    than 4% faster, and up to 20% slower). So it is measured once with ROWS_TRIED, the same
+    least-total-cost rule choosing the count."""
     if _flip_below is None:
         _calibrate()
     return _flip_below
 
 
 def _calibrate(rounds=3):
-    """Measure flip_below() and, in "auto", numpy_from() and numpy_one_row(), once per
-    process (about 0.1 s)."""
-    global _numpy_from, _one_row, _flip_below
+    """Measure flip_below() and, in "auto", kernel_below(), numpy_from() and one_row(), once
+    per process (about 0.2 s), on W1's U (1280 x 512) in both layouts (x @ W.T, a layer's
+    forward; g @ W, its input gradient): for 1 and each of ROWS_TRIED rows, the best of 3
+    runs of each library (MKL packed), numpy's times counted NUMPY_MARGIN slower. The
+    splits are those of least total time over the sizes, so that one noisy size seldom
+    moves them."""
+    global _numpy_from, _one_row, _flip_below, _kernel_below
     with _measuring:
-        if _flip_below is not None and (_numpy_from is not None or _active is None or _pinned):
+        if _flip_below is not None and (_numpy_from is not None or _mode_in_use != "auto"):
             return
         rng = np.random.default_rng(0)
         w = rng.standard_normal((1280, 512), dtype=np.float32)
-        found, one_row = [], []
+        routes = []
         with packing():
             for weight in (w, w.T):
                 xs = [rng.standard_normal((rows, weight.shape[0]), dtype=np.float32) for rows in (1,) + ROWS_TRIED]
@@ -209,17 +224,34 @@ def _calibrate(rounds=3):
                 if weight is not w:
                     flipped = [_best(lambda: _flipped(x, weight), rounds) for x in xs[1:]]
                     i = _cheapest_split(flipped, numpy[1:])
-                    _flip_below = 0 if i == 0 else ROWS_TRIED[i] if i < len(ROWS_TRIED) else 2 * ROWS_TRIED[-1]
+                    _flip_below = _row_bound(i)
                     numpy[1:] = flipped[:i] + numpy[1 + i:]
-                if _active is None or _pinned:
+                if _mode_in_use != "auto":
                     continue
-                mkl = [_best(lambda: _mkl_shared_product(x, weight), r) for x, r in zip(xs, tries)]
-                numpy = [t / NUMPY_MARGIN for t in numpy]       # MKL keeps near-ties
-                one_row.append(numpy[0] < mkl[0])
-                i = _cheapest_split(mkl[1:], numpy[1:])        # MKL below it
-                found.append(ROWS_TRIED[i] if i < len(ROWS_TRIED) else math.inf)
-        if found:
-            _numpy_from, _one_row = tuple(found), tuple(one_row)
+                kernel = [_best(lambda: few_rows.product(x, weight), r) for x, r in zip(xs, tries)]
+                mkl = ([_best(lambda: _mkl_shared_product(x, weight), r) for x, r in zip(xs, tries)]
+                       if _mkl is not None else [math.inf] * len(xs))
+                routes.append(_routes(kernel, mkl, [t / NUMPY_MARGIN for t in numpy]))
+        if routes:
+            _kernel_below, _numpy_from, _one_row = (tuple(r) for r in zip(*routes))
+
+
+def _routes(kernel, mkl, numpy):
+    """(kernel_below, numpy_from, one_row) for one layout from each library's times for 1
+    and ROWS_TRIED rows: the kernel below one split, MKL up to the next, numpy from there,
+    at least total time (ties: the kernel, then MKL, take more sizes)."""
+    one = min(zip((kernel[0], mkl[0], numpy[0]), ("kernel", "mkl", "numpy")), key=lambda c: c[0])[1]
+    n = len(ROWS_TRIED)
+    cost = {(k, m): sum(kernel[1:1 + k]) + sum(mkl[1 + k:1 + m]) + sum(numpy[1 + m:])
+            for k in range(n + 1) for m in range(k, n + 1)}
+    k, m = min(cost, key=lambda km: (cost[km], -km[0], -km[1]))
+    return _row_bound(k), (math.inf if m == n > k else _row_bound(m)), one
+
+
+def _row_bound(i):
+    """The row count a split before ROWS_TRIED[i] stands for: 0 before the first size (a
+    choice that never won), twice the last after it."""
+    return 0 if i == 0 else ROWS_TRIED[i] if i < len(ROWS_TRIED) else 2 * ROWS_TRIED[-1]
 
 
 def _cheapest_split(below, above):
@@ -248,9 +280,27 @@ def _library(b, rows):
     if _active is None or _pinned or b.ndim != 2:
         return _active
     layout = not b.flags.c_contiguous
-    if rows == 1 and (_one_row or numpy_one_row())[layout]:
-        return None
+    if rows == 1:
+        return _active if (_one_row or one_row())[layout] == "mkl" else None
     return _active if rows < (_numpy_from or numpy_from())[layout] else None
+
+
+def _kernel_takes(x, w):
+    """Whether the few-rows kernel multiplies x (B, k) by the shared weight w in the mode in use."""
+    if _mode_in_use != "auto" or not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray)):
+        return False
+    if x.ndim != 2 or w.ndim != 2 or x.dtype != w.dtype or x.dtype.char not in "fd" or x.shape[1] != w.shape[0]:
+        return False
+    if w.flags.c_contiguous:
+        layout = 0
+    elif w.T.flags.c_contiguous:
+        layout = 1
+    else:
+        return False
+    rows = x.shape[0]
+    if rows == 1:
+        return (_one_row or one_row())[layout] == "kernel"
+    return 1 < rows < (_kernel_below or kernel_below())[layout]
 
 
 def mkl_sums(rows):
@@ -379,12 +429,15 @@ def _packed(w0, transposed):
 def shared_product(x, w):
     """x @ w where w (k, n) is a shared weight and x (B, k) a batch of rows: (B, n), rows in order.
 
-    Inside `packing()` with MKL, w is packed once per scope (from its second product on).
-    A weight of fewer than SMALL_WEIGHT elements (a 5-class output layer) goes to numpy:
-    MKL's call costs 15-30 us where numpy's takes 3-9 for up to 64 rows.
+    Few rows go to the few-rows kernel (`kernel_below()`). Inside `packing()` with MKL, w is
+    packed once per scope (from its second product on). A weight of fewer than SMALL_WEIGHT
+    elements (a 5-class output layer) goes to numpy: MKL's call costs 15-30 us where numpy's
+    takes 3-9 for up to 64 rows.
     """
     if w.shape[0] * w.shape[1] < SMALL_WEIGHT and isinstance(x, np.ndarray):
         return x @ w
+    if _kernel_takes(x, w):
+        return few_rows.product(x, w)
     if not _usable(_library(w, x.shape[0]), x, w) or 0 in x.shape or w.shape[1] == 0:
         return _numpy_product(x, w)
     return _mkl_shared_product(x, w)
@@ -422,10 +475,12 @@ def _mkl_shared_product(x, w):
 
 _initial_mode = _mode()
 _mkl = _load(_initial_mode)
+_mode_in_use = "mkl" if _mkl is not None and _initial_mode == "mkl" else "numpy" if _initial_mode == "numpy" else "auto"
 _active = _mkl      # MKL for small products and packed weights, or None: numpy for all
-_pinned = _mkl is not None and _initial_mode == "mkl"     # MKL for large products too
+_pinned = _mode_in_use == "mkl"     # MKL for large products too
+_kernel_below = None    # "auto": kernel_below()'s measured row counts
 _numpy_from = None  # "auto": numpy_from()'s measured row counts
-_one_row = None     # "auto": numpy_one_row()'s measured choices
+_one_row = None     # "auto": one_row()'s measured choices
 _flip_below = None  # flip_below()'s measured row count
 _measuring = threading.Lock()
 _state = threading.local()
