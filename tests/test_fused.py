@@ -11,8 +11,9 @@ import pytest
 
 import hybridbatch as hb
 from hybridbatch import nn
-from hybridbatch.kernels import fused
-from hybridbatch.kernels.fused import WIDE_VECTORS, FusedRun
+from hybridbatch.kernels import fused, vector_width
+from hybridbatch.kernels.fused import FusedRun
+from hybridbatch.kernels.vector_width import WIDE_VECTORS
 from hybridbatch.trace import FUSION
 from test_blocks import _LogOfRelu
 from test_review_ops import recorded
@@ -495,5 +496,5 @@ def test_wide_vectors_follow_numbas_target_not_only_the_host(monkeypatch, env, w
     """A user who sets NUMBA_CPU_NAME/NUMBA_CPU_FEATURES (say, for a cache shared between
     machines) or turns AVX off gets LLVM's width unless that target has AVX-512."""
     for name, value in env.items():
-        monkeypatch.setattr(fused.numba_config, name, value)
-    assert fused._targets_avx512() is wide
+        monkeypatch.setattr(vector_width.numba_config, name, value)
+    assert vector_width.targets_avx512() is wide

@@ -11,8 +11,8 @@ def _products(m):
     text = mode = m.get("host_products", "numpy")
     rows, below, single = m.get("numpy_from"), m.get("kernel_below"), m.get("one_row")
     if mode == "auto" and rows and below and single:
-        text += " (" + "; ".join(f"{layout} weight: 1 row {one}, the few-rows kernel below {k} rows, numpy "
-                                 + ("never" if r is None else f"from {r}")
+        text += " (" + "; ".join(f"{layout} weight: 1 row {one}, the few-rows kernel below {k} rows, otherwise "
+                                 + ("MKL" if r is None else f"numpy from {r} rows")
                                  for layout, k, r, one in zip(("C-ordered", "transposed"), below, rows, single)) + ")"
     if mode != "mkl" and m.get("flip_below"):
         text += f"; numpy's x @ W.T under {m['flip_below']} rows as (W x^T)^T"

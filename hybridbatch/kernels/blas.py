@@ -151,8 +151,8 @@ def use(which):
 
 def kernel_below():
     """(rows for a C-ordered weight, rows for a transposed one): a shared weight's product
-    of 2 up to this many rows (exclusive) runs in the few-rows kernel (`few_rows.py`); 0 in
-    "mkl" and "numpy" modes. Measured once (`_calibrate`)."""
+    of 2 up to this many rows (exclusive) runs in the few-rows kernel (`few_rows.py`),
+    whatever numpy_from() says; 0 in "mkl" and "numpy" modes. Measured once (`_calibrate`)."""
     if _mode_in_use != "auto":
         return (0, 0)
     if _kernel_below is None:
@@ -162,8 +162,9 @@ def kernel_below():
 
 def numpy_from():
     """(rows for a C-ordered right operand, rows for a transposed one): a product a @ b over
-    at least the count for b's layout goes to numpy (`_library`), unless the few-rows kernel
-    takes it; inf: never (MKL), 0: always. In "auto" it is measured once (`_calibrate`)."""
+    at least the count for b's layout goes to numpy (`_library`), fewer to MKL, unless the
+    few-rows kernel takes it; inf: never (MKL), 0: always. In "auto" it is measured once
+    (`_calibrate`)."""
     if _mode_in_use == "numpy":
         return (0, 0)
     if _pinned:
@@ -238,14 +239,15 @@ def _calibrate(rounds=3):
 
 def _routes(kernel, mkl, numpy):
     """(kernel_below, numpy_from, one_row) for one layout from each library's times for 1
-    and ROWS_TRIED rows: the kernel below one split, MKL up to the next, numpy from there,
-    at least total time (ties: the kernel, then MKL, take more sizes)."""
+    and ROWS_TRIED rows: MKL below a split and numpy from it, at least total time (a gemm's
+    routing); then the kernel below a second split, against whichever library the first
+    split gives each size (a shared weight's product). Ties: MKL, then the kernel, take more
+    sizes. One row: the fastest of the three."""
     one = min(zip((kernel[0], mkl[0], numpy[0]), ("kernel", "mkl", "numpy")), key=lambda c: c[0])[1]
-    n = len(ROWS_TRIED)
-    cost = {(k, m): sum(kernel[1:1 + k]) + sum(mkl[1 + k:1 + m]) + sum(numpy[1 + m:])
-            for k in range(n + 1) for m in range(k, n + 1)}
-    k, m = min(cost, key=lambda km: (cost[km], -km[0], -km[1]))
-    return _row_bound(k), (math.inf if m == n > k else _row_bound(m)), one
+    m = _cheapest_split(mkl[1:], numpy[1:])
+    libraries = mkl[1:1 + m] + numpy[1 + m:]
+    k = _cheapest_split(kernel[1:], libraries)
+    return _row_bound(k), (math.inf if m == len(ROWS_TRIED) else _row_bound(m)), one
 
 
 def _row_bound(i):

@@ -18,12 +18,9 @@ import os
 import pathlib
 import sys
 
-import llvmlite.binding as llvm
-from numba.core import config as numba_config
-from numba.core.compiler_lock import global_compiler_lock
-
 from .. import signature
 from ..ops.linalg import MatMul
+from .vector_width import WIDE_VECTORS, compiled_wide
 
 # scalar forward expression and local derivative (d out / d operand k) per op name;
 # x0, x1 are the operands, t the op's own value
@@ -71,29 +68,6 @@ FAST = {{"contract", "afn", "arcp", "nsz"}}
 """
 _JIT = '@njit(cache=True, error_model="numpy", fastmath=FAST)'
 
-# LLVM's loop vectorizer prefers 256-bit vectors on AVX-512 CPUs, but these loops are bound
-# by their arithmetic (the rational tanh), and 512-bit vectors run W1's gate kernels 15-40%
-# faster, with the same results (lanes are independent). The vector width is a global LLVM
-# option, so it is set only while numba compiles a fused kernel (under numba's compiler
-# lock) and put back to LLVM's default after: the user's other numba code never sees it.
-def _targets_avx512():
-    """Whether numba compiles for a CPU with AVX-512: the host, unless NUMBA_CPU_FEATURES,
-    NUMBA_CPU_NAME or NUMBA_ENABLE_AVX=0 chose another target (a portable cache, say)."""
-    if not numba_config.ENABLE_AVX:
-        return False
-    if numba_config.CPU_FEATURES is not None:
-        return "+avx512f" in numba_config.CPU_FEATURES.split(",")
-    if numba_config.CPU_NAME not in (None, "host"):
-        return False        # a named CPU: its width is left to LLVM
-    try:
-        return bool(llvm.get_host_cpu_features().get("avx512f", False))
-    except RuntimeError:    # LLVM cannot tell on this host
-        return False
-
-
-WIDE_VECTORS = _targets_avx512()
-_DEFAULT_WIDTH = 0      # -force-vector-width=0: the vectorizer's cost model picks
-
 
 def _lanes(dtype, n):
     """The vector lanes a kernel of `dtype` over rows of n elements is compiled for (None:
@@ -101,21 +75,6 @@ def _lanes(dtype, n):
     loops anyway, and a forced width makes it print a remark to stderr for each."""
     lanes = 64 // dtype.itemsize
     return lanes if WIDE_VECTORS and n >= lanes else None
-
-
-def _compiled_wide(kernel, lanes):
-    """Make numba compile `kernel` (a dispatcher) with `lanes`-wide vectors, whatever the
-    argument types of the call that compiles it."""
-    compile_types = kernel.compile
-
-    def compile_wide(sig):
-        with global_compiler_lock:
-            llvm.set_option("", f"-force-vector-width={lanes}")
-            try:
-                return compile_types(sig)
-            finally:
-                llvm.set_option("", f"-force-vector-width={_DEFAULT_WIDTH}")
-    kernel.compile = compile_wide
 
 
 def cache_dir() -> pathlib.Path:
@@ -309,8 +268,8 @@ def _load(source, lanes=None):
     sys.modules[name] = module
     spec.loader.exec_module(module)
     if lanes:
-        _compiled_wide(module.forward, lanes)
-        _compiled_wide(module.backward, lanes)
+        compiled_wide(module.forward, lanes)
+        compiled_wide(module.backward, lanes)
     _loaded[digest] = (module.forward, module.backward)
     return _loaded[digest]
 
