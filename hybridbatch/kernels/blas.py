@@ -14,7 +14,7 @@ Why not MKL alone: on some CPUs numpy's OpenBLAS runs larger products faster (an
 here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up with OpenBLAS's AVX2 kernels,
 about twice MKL's rate with its AVX-512 ones), while MKL stays ahead on few rows. In the
 default mode, "auto", the first product in a process times the three on a range of row
-counts (once, about 0.2 s): a shared weight's product of fewer than `kernel_below()` rows
+counts (once, about 0.5 s): a shared weight's product of fewer than `kernel_below()` rows
 goes to the kernel, one of at least `numpy_from()` rows to numpy, and the rest to MKL and its
 packed weights (`one_row()` picks for a single row). `use("mkl")` sends every product to MKL,
 `use("numpy")` every one to numpy; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at import,
@@ -43,7 +43,7 @@ THREADING_SEQUENTIAL = 1
 INTERFACE_LP64 = 0
 SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by numpy (shared_product)
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
-ROWS_TRIED = (2, 4, 8, 16, 32, 64, 128)     # the row counts the calibration times (and 1)
+ROWS_TRIED = (2, 4, 8, 16, 32, 64, 128, 256, 512)     # the row counts the calibration times (and 1)
 NUMPY_MARGIN = 0.95     # the calibration divides numpy's measured times by this: MKL keeps near-ties
 MODES = ("auto", "mkl", "numpy")
 
@@ -203,7 +203,7 @@ def flip_below():
 
 def _calibrate(rounds=3):
     """Measure flip_below() and, in "auto", kernel_below(), numpy_from() and one_row(), once
-    per process (about 0.2 s), on W1's U (1280 x 512) in both layouts (x @ W.T, a layer's
+    per process (about 0.5 s), on W1's U (1280 x 512) in both layouts (x @ W.T, a layer's
     forward; g @ W, its input gradient): for 1 and each of ROWS_TRIED rows, the best of 3
     runs of each library (MKL packed), numpy's times counted NUMPY_MARGIN slower. The
     splits are those of least total time over the sizes, so that one noisy size seldom
