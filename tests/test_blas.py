@@ -176,11 +176,15 @@ def test_one_row_products_go_where_one_row_says(auto_mode, monkeypatch, one_row)
     assert blas.one_row() == one_row
 
 
+class _Subclass(np.ndarray):
+    pass
+
+
 @pytest.mark.parametrize("kernel_below", [(8, 0), (0, 8), (256, 256)])
 def test_auto_sends_few_rows_to_the_kernel(auto_mode, monkeypatch, kernel_below):
     """From 2 rows up to kernel_below() (exclusive) for the weight's layout, a shared weight's
     product runs in the few-rows kernel; only there, and only in "auto"; what it cannot take
-    (other dtypes, a strided weight) goes to a library."""
+    (other dtypes or byte orders, a strided weight, an array subclass) goes to a library."""
     monkeypatch.setattr(blas, "_kernel_below", kernel_below)
     monkeypatch.setattr(blas, "_one_row", ("numpy", "numpy"))
     monkeypatch.setattr(blas, "_numpy_from", (0, 0))
@@ -200,7 +204,9 @@ def test_auto_sends_few_rows_to_the_kernel(auto_mode, monkeypatch, kernel_below)
     assert took == expected
     took.clear()
     x = rng.standard_normal((4, 64))
-    for a, b in ((x, w), (x.astype(np.float32), w.astype(np.float64)), (x.astype(np.float32), w[:, ::2])):
+    swapped = w.astype(w.dtype.newbyteorder(">"))
+    for a, b in ((x, w), (x.astype(np.float32), w.astype(np.float64)), (x.astype(np.float32), w[:, ::2]),
+                 (x.astype(swapped.dtype), swapped), (x.astype(np.float32).view(_Subclass), w)):
         np.testing.assert_allclose(blas.shared_product(a, b), a @ b, rtol=1e-5, atol=1e-4)
     blas.use("numpy")
     blas.shared_product(x, w.astype(np.float64))

@@ -288,10 +288,12 @@ def _library(b, rows):
 
 
 def _kernel_takes(x, w):
-    """Whether the few-rows kernel multiplies x (B, k) by the shared weight w in the mode in use."""
-    if _mode_in_use != "auto" or not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray)):
+    """Whether the few-rows kernel multiplies x (B, k) by the shared weight w in the mode in use:
+    plain host arrays (not a subclass numba would not type) of one native float32/float64."""
+    if _mode_in_use != "auto" or x.__class__ is not np.ndarray or w.__class__ is not np.ndarray:
         return False
-    if x.ndim != 2 or w.ndim != 2 or x.dtype != w.dtype or x.dtype.char not in "fd" or x.shape[1] != w.shape[0]:
+    if (x.ndim != 2 or w.ndim != 2 or x.dtype != w.dtype or x.dtype.char not in "fd" or not x.dtype.isnative
+            or x.shape[1] != w.shape[0]):
         return False
     if w.flags.c_contiguous:
         layout = 0
