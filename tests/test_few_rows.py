@@ -1,6 +1,7 @@
 """The few-rows kernel (kernels/few_rows.py) against numpy, alone and under a batched model."""
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import hybridbatch as hb
 from hybridbatch.data import Vocab, synthetic_sst
@@ -26,6 +27,19 @@ def test_both_layouts_match_numpy(dtype, rows, n, k):
         out = few_rows.product(a, b)
         assert out.shape == (rows, b.shape[1]) and out.dtype == dtype and out.flags.c_contiguous
         np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64), **_tol(dtype))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 40), n=st.integers(1, 23), k=st.integers(0, 37), transposed=st.booleans(),
+       double=st.booleans(), seed=st.integers(0, 2 ** 32 - 1))
+def test_random_shapes_match_numpy(rows, n, k, transposed, double, seed):
+    """Any batch and weight shape, either layout, against numpy in float64."""
+    dtype = np.float64 if double else np.float32
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((n, k)).astype(dtype)
+    a = rng.standard_normal((rows, k if transposed else n)).astype(dtype)
+    b = w.T if transposed else w
+    np.testing.assert_allclose(few_rows.product(a, b), a.astype(np.float64) @ b.astype(np.float64), **_tol(dtype))
 
 
 def test_nan_and_inf_propagate_as_in_numpy():
