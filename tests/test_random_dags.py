@@ -7,14 +7,18 @@ carries a bound on its magnitude; anything that could grow past it is squashed b
 exp/log/div only see safe inputs. The same seed gives the same DAG in eager mode and inside
 `hb.batching`, so we compare EVERY node's value, not just the loss, and the parameter
 gradients of the loss, for both policies. Variants: several DAG instances sharing the
-parameters in one scope (real cross-instance batching), and reads in the middle of
-recording (incremental flushes, backward across flushes).
+parameters in one scope (real cross-instance batching), reads in the middle of
+recording (incremental flushes, backward across flushes), and every shared-weight product
+in the few-rows kernel (kernels/few_rows.py).
 """
+import contextlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hybridbatch as hb
+from hybridbatch.kernels import blas, few_rows
 from hybridbatch.ops import OPS
 
 POLICIES = ("agenda", "depth")
@@ -426,6 +430,38 @@ def test_random_dag_batched_equals_eager(seed):
         assert_grads_match(grads, eager_grads, where)
         st_ = scope.stats
         assert st_.lower_bound <= st_.batches <= st_.nodes, (where, st_)
+
+
+@contextlib.contextmanager
+def every_shared_product_in_the_few_rows_kernel():
+    """"auto" with the kernel taking every shared weight's product, however small the
+    weight and whatever the rows (one row included); yields the row counts it ran."""
+    saved = blas.name(), blas.SMALL_WEIGHT, blas._kernel_below, blas._one_row, few_rows.product
+    rows = []
+    blas.use("auto")
+    blas.SMALL_WEIGHT, blas._kernel_below, blas._one_row = 0, (10 ** 9, 10 ** 9), ("kernel", "kernel")
+    few_rows.product = lambda x, w: rows.append(x.shape[0]) or saved[-1](x, w)
+    try:
+        yield rows
+    finally:
+        blas.use(saved[0])
+        blas.SMALL_WEIGHT, blas._kernel_below, blas._one_row, few_rows.product = saved[1:]
+
+
+@settings(**dict(SETTINGS, max_examples=8))
+@given(seed=st.integers(0, 2 ** 31 - 1))
+def test_random_dag_batched_equals_eager_with_the_few_rows_kernel(seed):
+    """The same property with every shared-weight product in `kernels/few_rows.py`."""
+    with every_shared_product_in_the_few_rows_kernel() as rows:
+        eager_values, eager_grads, _, _ = run_eager([seed])
+        assert rows, "eager mode's shared products did not reach the kernel"
+        for policy in POLICIES:
+            rows.clear()
+            nodes, grads, _ = run_batched([seed], policy)
+            assert rows, "batched shared products did not reach the kernel"
+            where = f"seed={seed} policy={policy}"
+            assert_nodes_match(nodes[0], eager_values[0], where)
+            assert_grads_match(grads, eager_grads, where)
 
 
 @settings(**dict(SETTINGS, max_examples=6))
