@@ -36,42 +36,33 @@ def product(x, w):
 
 @njit(cache=True, fastmath=_FAST, error_model="numpy", boundscheck=False)
 def _times_transposed(x, w, out):
-    """out = x @ w.T, w (N, K) C-ordered: dot products along w's rows, 4 batch rows (or 2,
-    or 1) by 4 weight rows at a time."""
+    """out = x @ w.T, w (N, K) C-ordered: dot products along w's rows, 4 batch rows by 4
+    weight rows at a time. A last group of 2 or 3 rows repeats its last row to fill the 4
+    (stored once); a last single row runs alone: at one row the weight's stream is the cost."""
     R, K = x.shape
     N = w.shape[0]
     z = x.dtype.type(0)
     for o in range(0, N - N % 4, 4):
         r = 0
-        while r + 4 <= R:
+        while r + 1 < R:
+            r1, r2, r3 = r + 1, min(r + 2, R - 1), min(r + 3, R - 1)
             s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = z
             s20 = s21 = s22 = s23 = s30 = s31 = s32 = s33 = z
             for k in range(K):
                 b0, b1, b2, b3 = w[o, k], w[o + 1, k], w[o + 2, k], w[o + 3, k]
                 a = x[r, k]
                 s00 += a * b0; s01 += a * b1; s02 += a * b2; s03 += a * b3
-                a = x[r + 1, k]
+                a = x[r1, k]
                 s10 += a * b0; s11 += a * b1; s12 += a * b2; s13 += a * b3
-                a = x[r + 2, k]
+                a = x[r2, k]
                 s20 += a * b0; s21 += a * b1; s22 += a * b2; s23 += a * b3
-                a = x[r + 3, k]
+                a = x[r3, k]
                 s30 += a * b0; s31 += a * b1; s32 += a * b2; s33 += a * b3
             out[r, o], out[r, o + 1], out[r, o + 2], out[r, o + 3] = s00, s01, s02, s03
-            out[r + 1, o], out[r + 1, o + 1], out[r + 1, o + 2], out[r + 1, o + 3] = s10, s11, s12, s13
-            out[r + 2, o], out[r + 2, o + 1], out[r + 2, o + 2], out[r + 2, o + 3] = s20, s21, s22, s23
-            out[r + 3, o], out[r + 3, o + 1], out[r + 3, o + 2], out[r + 3, o + 3] = s30, s31, s32, s33
+            out[r1, o], out[r1, o + 1], out[r1, o + 2], out[r1, o + 3] = s10, s11, s12, s13
+            out[r2, o], out[r2, o + 1], out[r2, o + 2], out[r2, o + 3] = s20, s21, s22, s23
+            out[r3, o], out[r3, o + 1], out[r3, o + 2], out[r3, o + 3] = s30, s31, s32, s33
             r += 4
-        if r + 2 <= R:
-            s00 = s01 = s02 = s03 = s10 = s11 = s12 = s13 = z
-            for k in range(K):
-                b0, b1, b2, b3 = w[o, k], w[o + 1, k], w[o + 2, k], w[o + 3, k]
-                a = x[r, k]
-                s00 += a * b0; s01 += a * b1; s02 += a * b2; s03 += a * b3
-                a = x[r + 1, k]
-                s10 += a * b0; s11 += a * b1; s12 += a * b2; s13 += a * b3
-            out[r, o], out[r, o + 1], out[r, o + 2], out[r, o + 3] = s00, s01, s02, s03
-            out[r + 1, o], out[r + 1, o + 1], out[r + 1, o + 2], out[r + 1, o + 3] = s10, s11, s12, s13
-            r += 2
         if r < R:
             s00 = s01 = s02 = s03 = z
             for k in range(K):
