@@ -138,7 +138,7 @@ def version():
 def use(which):
     """Send host products to MKL ("mkl"), to numpy ("numpy"), or by rows to the few-rows
     kernel, MKL (when available) and numpy, as measured ("auto")."""
-    global _active, _pinned, _mode_in_use
+    global _active, _mode_in_use
     if which not in MODES:
         raise ValueError(f"unknown BLAS {which!r}; expected 'auto', 'mkl' or 'numpy'")
     if which == "mkl" and _mkl is None:
@@ -146,7 +146,6 @@ def use(which):
                            "and do not set HYBRIDBATCH_BLAS=numpy")
     _mode_in_use = which
     _active = None if which == "numpy" else _mkl
-    _pinned = which == "mkl"
 
 
 def kernel_below():
@@ -167,7 +166,7 @@ def numpy_from():
     (`_calibrate`)."""
     if _mode_in_use == "numpy":
         return (0, 0)
-    if _pinned:
+    if _mode_in_use == "mkl":
         return (math.inf, math.inf)
     if _numpy_from is None:
         _calibrate()
@@ -279,7 +278,7 @@ def _best(product, rounds):
 def _library(b, rows):
     """MKL or None (numpy) for a product over `rows` batch rows by the right operand b (for
     a weight's gradient G^T X, the rows summed over) in the mode in use."""
-    if _active is None or _pinned or b.ndim != 2:
+    if _active is None or _mode_in_use == "mkl" or b.ndim != 2:
         return _active
     layout = not b.flags.c_contiguous
     if rows == 1:
@@ -481,7 +480,6 @@ _initial_mode = _mode()
 _mkl = _load(_initial_mode)
 _mode_in_use = "mkl" if _mkl is not None and _initial_mode == "mkl" else "numpy" if _initial_mode == "numpy" else "auto"
 _active = _mkl      # MKL for small products and packed weights, or None: numpy for all
-_pinned = _mode_in_use == "mkl"     # MKL for large products too
 _kernel_below = None    # "auto": kernel_below()'s measured row counts
 _numpy_from = None  # "auto": numpy_from()'s measured row counts
 _one_row = None     # "auto": one_row()'s measured choices
