@@ -138,14 +138,13 @@ def version():
 def use(which):
     """Send host products to MKL ("mkl"), to numpy ("numpy"), or by rows to the few-rows
     kernel, MKL (when available) and numpy, as measured ("auto")."""
-    global _active, _mode_in_use
+    global _mode_in_use
     if which not in MODES:
         raise ValueError(f"unknown BLAS {which!r}; expected 'auto', 'mkl' or 'numpy'")
     if which == "mkl" and _mkl is None:
         raise RuntimeError("MKL is not available: install the `mkl` package (pip install 'hybridbatch[mkl]'), "
                            "and do not set HYBRIDBATCH_BLAS=numpy")
     _mode_in_use = which
-    _active = None if which == "numpy" else _mkl
 
 
 def kernel_below():
@@ -278,12 +277,12 @@ def _best(product, rounds):
 def _library(b, rows):
     """MKL or None (numpy) for a product over `rows` batch rows by the right operand b (for
     a weight's gradient G^T X, the rows summed over) in the mode in use."""
-    if _active is None or _mode_in_use == "mkl" or b.ndim != 2:
-        return _active
+    if _mkl is None or _mode_in_use != "auto" or b.ndim != 2:
+        return _mkl if _mode_in_use == "mkl" else None
     layout = not b.flags.c_contiguous
     if rows == 1:
-        return _active if (_one_row or one_row())[layout] == "mkl" else None
-    return _active if rows < (_numpy_from or numpy_from())[layout] else None
+        return _mkl if (_one_row or one_row())[layout] == "mkl" else None
+    return _mkl if rows < (_numpy_from or numpy_from())[layout] else None
 
 
 def _kernel_takes(x, w):
@@ -294,13 +293,10 @@ def _kernel_takes(x, w):
     if (x.ndim != 2 or w.ndim != 2 or x.dtype != w.dtype or x.dtype.char not in "fd" or not x.dtype.isnative
             or x.shape[1] != w.shape[0]):
         return False
-    if w.flags.c_contiguous:
-        layout = 0
-    elif w.T.flags.c_contiguous:
-        layout = 1
-    else:
+    pw = _operand(w)
+    if pw is None:
         return False
-    rows = x.shape[0]
+    layout, rows = pw[1], x.shape[0]
     if rows == 1:
         return (_one_row or one_row())[layout] == "kernel"
     return 1 < rows < (_kernel_below or kernel_below())[layout]
@@ -309,7 +305,7 @@ def _kernel_takes(x, w):
 def mkl_sums(rows):
     """Whether add_product(c, a, b) summing over `rows` rows (a C-ordered b) sums by MKL
     straight into c (beta=1), rather than by numpy's product and a += pass over c."""
-    return _active is not None and rows < numpy_from()[0]
+    return _mkl is not None and _mode_in_use != "numpy" and rows < numpy_from()[0]
 
 
 @contextlib.contextmanager
@@ -479,7 +475,6 @@ def _mkl_shared_product(x, w):
 _initial_mode = _mode()
 _mkl = _load(_initial_mode)
 _mode_in_use = "mkl" if _mkl is not None and _initial_mode == "mkl" else "numpy" if _initial_mode == "numpy" else "auto"
-_active = _mkl      # MKL for small products and packed weights, or None: numpy for all
 _kernel_below = None    # "auto": kernel_below()'s measured row counts
 _numpy_from = None  # "auto": numpy_from()'s measured row counts
 _one_row = None     # "auto": one_row()'s measured choices
