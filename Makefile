@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,mkl]'
+	$(PY) -m pip install --quiet -e '.[dev,mkl,bench]'
 	touch $(STAMP)
 
 # W1 Tree-LSTM on built-in synthetic SST trees, eager vs batched: the summary table (under a minute once set up)

@@ -16,8 +16,8 @@ for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA
     os.environ.setdefault(var, "1")
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch.data import Vocab, synthetic_sst  # noqa: E402
-from hybridbatch.models import TreeLSTMSentiment  # noqa: E402
+from hybridbatch_workloads.data import Vocab, synthetic_sst  # noqa: E402
+from hybridbatch_workloads.models import TreeLSTMSentiment  # noqa: E402
 
 
 def measure(model, trees, granularity):

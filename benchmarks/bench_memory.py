@@ -22,7 +22,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import hybridbatch as hb                                  # noqa: E402
-from hybridbatch import parameter as _parameter, signature as _signature   # noqa: E402
+from hybridbatch.train import parameter as _parameter
+from hybridbatch.record import signature as _signature   # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -21,9 +21,9 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch.graph import Growable  # noqa: E402
-from hybridbatch.plan import Plan, _gather_specs, _nodes, _write_constants  # noqa: E402
-from hybridbatch.plan_cache import CACHE  # noqa: E402
+from hybridbatch.record.graph import Growable  # noqa: E402
+from hybridbatch.runtime.plan import Plan, _gather_specs, _nodes, _write_constants  # noqa: E402
+from hybridbatch.runtime.plan_cache import CACHE  # noqa: E402
 from hybridbatch.schedule import GraphView, agenda, by_depth, lower_bound  # noqa: E402
 
 TARGET_MS = 50.0

@@ -18,12 +18,12 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from hybridbatch.bench.policies import REAL_DATA  # noqa: E402
-from hybridbatch.bench.registry import DEFAULT_GRANULARITY, make_workload  # noqa: E402
+from hybridbatch_workloads.bench.policies import REAL_DATA  # noqa: E402
+from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY, make_workload  # noqa: E402
 from hybridbatch.schedule import critical_path, lower_bound  # noqa: E402
 from hybridbatch.schedule.learn import capture_views  # noqa: E402
-from hybridbatch.schedule.lower_bound import tight_lower_bound  # noqa: E402
-from hybridbatch.schedule.search import rollout_search  # noqa: E402
+from hybridbatch.schedule.offline.bounds import tight_lower_bound  # noqa: E402
+from hybridbatch.schedule.offline.search import rollout_search  # noqa: E402
 
 BATCH = 64
 

@@ -21,11 +21,11 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from hybridbatch.bench.policies import REAL_DATA, judged_views  # noqa: E402
-from hybridbatch.bench.registry import DEFAULT_GRANULARITY, make_workload  # noqa: E402
+from hybridbatch_workloads.bench.policies import REAL_DATA, judged_views  # noqa: E402
+from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY, make_workload  # noqa: E402
 from hybridbatch.schedule import lower_bound  # noqa: E402
-from hybridbatch.schedule.automata import part_bound  # noqa: E402
-from hybridbatch.schedule.lower_bound import tight_lower_bound  # noqa: E402
+from hybridbatch.schedule.offline.automata import part_bound  # noqa: E402
+from hybridbatch.schedule.offline.bounds import tight_lower_bound  # noqa: E402
 
 BATCH = 64
 

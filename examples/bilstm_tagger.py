@@ -22,11 +22,11 @@ from common import add_batching_args, load_or_exit, minibatches  # noqa: E402  (
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
-from hybridbatch.data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging  # noqa: E402
-from hybridbatch.data.paths import read_data_file  # noqa: E402
-from hybridbatch.data.trees import Vocab  # noqa: E402
-from hybridbatch.models.bilstm_tagger import BiLSTMTagger  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.data.conllu import UPOS_TAGS, read_conllu, synthetic_tagging  # noqa: E402
+from hybridbatch_workloads.data.paths import read_data_file  # noqa: E402
+from hybridbatch_workloads.data.trees import Vocab  # noqa: E402
+from hybridbatch_workloads.models.bilstm_tagger import BiLSTMTagger  # noqa: E402
 
 SYNTHETIC_DEV = 300     # held-out synthetic sentences: the --dev default, and "all" of --dev 0
 

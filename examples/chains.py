@@ -15,7 +15,7 @@ import time
 import numpy as np
 
 import hybridbatch as hb
-from hybridbatch.cli_args import int_at_least, positive_float
+from hybridbatch_workloads.cli_args import int_at_least, positive_float
 
 
 class ChainRNN:

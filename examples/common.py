@@ -13,8 +13,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch.cli_args import policy_arg  # noqa: E402
-from hybridbatch.data import DataFormatError  # noqa: E402
+from hybridbatch_workloads.cli_args import policy_arg  # noqa: E402
+from hybridbatch_workloads.data import DataFormatError  # noqa: E402
 from hybridbatch.schedule import POLICIES  # noqa: E402
 
 

@@ -22,8 +22,8 @@ from common import add_batching_args, load_or_exit, run, train_epoch  # noqa: E4
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
-from hybridbatch.bench.workload_lattice import W6Lattice  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.bench.workload_lattice import W6Lattice  # noqa: E402
 
 
 def accuracy(workload, sentences, args):

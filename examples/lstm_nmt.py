@@ -12,7 +12,7 @@ next-word accuracy.
     python examples/lstm_nmt.py --mode eager --limit 200 --epochs 1
 
 There is no real parallel corpus in the shared data: the pairs come from
-`hybridbatch.data.synthetic_nmt` (IWSLT-like lengths; target words partly translate the
+`hybridbatch_workloads.data.synthetic_nmt` (IWSLT-like lengths; target words partly translate the
 aligned source word). The vocabularies are the most frequent training words (8,000 a side).
 """
 import argparse
@@ -23,8 +23,8 @@ from common import add_batching_args, run, train_epoch  # noqa: E402  (first: on
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
-from hybridbatch.bench.workload_nmt import W5NMT  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.bench.workload_nmt import W5NMT  # noqa: E402
 
 
 def evaluate(workload, pairs, args):

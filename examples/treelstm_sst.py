@@ -19,8 +19,8 @@ from common import add_batching_args, load_or_exit, run, train_epoch  # noqa: E4
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch.cli_args import int_at_least, positive_float  # noqa: E402
-from hybridbatch.bench.registry import make_workload  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.bench.registry import make_workload  # noqa: E402
 
 MODELS = {"treelstm": "W1", "treegru": "W4-TREEGRU", "2type": "W4-2TYPE", "mvrnn": "W4-MVRNN"}
 

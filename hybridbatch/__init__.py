@@ -3,22 +3,22 @@
     with hb.batching():          # calls return Futures; a flush runs them in batches
         losses = [model(x) for x in minibatch]
 """
-from . import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
+from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
 from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu, exp, log, add_n,
                   concat, slice, split, reshape, sum, lookup, pick, log_softmax, pick_neg_log_softmax,
                   py_func, learn_policy, FSMPolicy)
-from .block import Block, HybridBlock
-from .eager import Tensor
+from .hybrid.block import Block, HybridBlock
+from .record.eager import Tensor
 from . import nn
 from .errors import HybridBatchError, ShapeError, ScopeError, NumericsError
-from .future import Future
-from .parameter import Parameter
-from .parameter_dict import ParameterDict
-from .optim import Trainer
-from .scope import batching, Stats
-from .plan_cache import set_plan_cache_size
-from .trace import set_fusion
-from .distinct import set_distinct_rows
+from .record.future import Future
+from .train.parameter import Parameter
+from .train.parameter_dict import ParameterDict
+from .train.optim import Trainer
+from .record.scope import batching, Stats
+from .runtime.plan_cache import set_plan_cache_size
+from .hybrid.trace import set_fusion
+from .hybrid.distinct import set_distinct_rows
 from .kernels.blas import use as set_blas, name as blas_library
 
 __all__ = [

@@ -4,16 +4,16 @@ import math
 
 import numpy as np
 
-from .eager import Tensor, constant as _eager_constant, apply as _eager_apply
-from .future import Future
+from .record.eager import Tensor, constant as _eager_constant, apply as _eager_apply
+from .record.future import Future
 from .ops import elementwise as E, linalg as L, shape as S, index as I, custom as C
 from .ops.registry import as_int
 from .ops.shape import normalize_index
-from .parameter import Parameter
+from .train.parameter import Parameter
 from .schedule.fsm import FSMPolicy  # noqa: F401  (public: hb.FSMPolicy.load)
 from .schedule.learn import learn_policy  # noqa: F401  (public: hb.learn_policy)
-from .scope import _local
-from . import operators
+from .record.scope import _local
+from .record import operators
 
 _Number = (int, float, np.integer, np.floating)
 

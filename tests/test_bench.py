@@ -8,12 +8,12 @@ import sys
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.bench import cli
-from hybridbatch.bench.harness import Config, run_benchmark
-from hybridbatch.bench.machine import THREAD_VARS
-from hybridbatch.bench.registry import UnknownWorkload, make_workload
-from hybridbatch.bench.workload_treelstm import W1TreeLSTM
-from hybridbatch.data.trees import Tree
+from hybridbatch_workloads.bench import cli
+from hybridbatch_workloads.bench.harness import Config, run_benchmark
+from hybridbatch_workloads.bench.machine import THREAD_VARS
+from hybridbatch_workloads.bench.registry import UnknownWorkload, make_workload
+from hybridbatch_workloads.bench.workload_treelstm import W1TreeLSTM
+from hybridbatch_workloads.data.trees import Tree
 
 TINY = ["--hidden", "16", "--batch", "4", "--instances", "12", "--warmup", "4",
         "--eager-instances", "4", "--eager-warmup", "2", "--repeats", "1",
@@ -39,7 +39,7 @@ def _check_part(part, batched):
 def test_cli_end_to_end_subprocess(tmp_path):
     out = tmp_path / "w1.json"
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}   # exercises the re-exec
-    proc = subprocess.run([sys.executable, "-m", "hybridbatch.bench", "W1", *TINY, "--json", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "hybridbatch_workloads.bench", "W1", *TINY, "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "training inst/s" in proc.stdout and "speedup" in proc.stdout
@@ -74,7 +74,7 @@ def test_in_process_no_eager_other_policy():
 
 
 def test_no_distinct_rows_runs_every_row_and_says_so(tmp_path, capsys, monkeypatch):
-    from hybridbatch import distinct
+    from hybridbatch.hybrid import distinct
     seen = []
     real = distinct.KeyedPart.split
     monkeypatch.setattr(distinct.KeyedPart, "split",

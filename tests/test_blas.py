@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.data import Vocab, synthetic_sst
+from hybridbatch_workloads.data import Vocab, synthetic_sst
 from hybridbatch.kernels import blas
-from hybridbatch.models import TreeLSTMSentiment
+from hybridbatch_workloads.models import TreeLSTMSentiment
 
 needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded: not installed (pip install 'hybridbatch[mkl]') or HYBRIDBATCH_BLAS=numpy")
 

@@ -75,7 +75,7 @@ def test_a_block_hands_back_columns_for_an_input_it_only_slices():
     block = _Sliced("one")
     block.hybridize()
     rng = np.random.default_rng(2)
-    program = block._program((hb.signature.type_id((9,), np.float32), hb.signature.type_id((4,), np.float32)))
+    program = block._program((hb.record.signature.type_id((9,), np.float32), hb.record.signature.type_id((4,), np.float32)))
     p, h = rng.standard_normal((5, 9)).astype(np.float32), rng.standard_normal((5, 4)).astype(np.float32)
     outs, vals = program.forward(np, [p, h], 5)
     g = program.backward(np, vals, (np.ones((5, 4), np.float32),), (True, True))

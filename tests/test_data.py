@@ -1,4 +1,4 @@
-"""hybridbatch.data: PTB / CoNLL-U / CLEVR readers, synthetic generators, and the real files.
+"""hybridbatch_workloads.data: PTB / CoNLL-U / CLEVR readers, synthetic generators, and the real files.
 
 The real-data tests read ../shared/data (or $HYBRIDBATCH_DATA) and check the counts that the
 data's SOURCE.md files record; they skip, with the reason, where the data is absent.
@@ -12,10 +12,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.data import (CLEVR_FUNCTIONS, UPOS_TAGS, DataFormatError, ProgramNode, Token,
-                              Tree, Vocab, parse_ptb, program_depth, read_clevr_programs,
-                              read_conllu, read_ptb_trees, shared_data_dir, synthetic_programs,
-                              synthetic_sst, synthetic_tagging, synthetic_words)
+from hybridbatch_workloads.data import (CLEVR_FUNCTIONS, UPOS_TAGS, DataFormatError, ProgramNode, Token, Tree, Vocab, parse_ptb, program_depth, read_clevr_programs, read_conllu, read_ptb_trees, shared_data_dir, synthetic_programs, synthetic_sst, synthetic_tagging, synthetic_words)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,9 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hybridbatch as hb
-from hybridbatch import distinct, nn
+from hybridbatch.hybrid import distinct
+from hybridbatch import nn
 from hybridbatch.errors import NumericsError
-from hybridbatch.trace import FUSION
+from hybridbatch.hybrid.trace import FUSION
 
 WORDS = [3, 1, 3, 0, 7, 1, 3, 3, 9, 0, 1, 7] * 4       # 48 calls, 5 distinct words
 

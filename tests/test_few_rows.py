@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import hybridbatch as hb
-from hybridbatch.data import Vocab, synthetic_sst
+from hybridbatch_workloads.data import Vocab, synthetic_sst
 from hybridbatch.kernels import blas, few_rows
-from hybridbatch.models import TreeLSTMSentiment
+from hybridbatch_workloads.models import TreeLSTMSentiment
 
 
 def _tol(dtype):

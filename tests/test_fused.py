@@ -14,7 +14,7 @@ from hybridbatch import nn
 from hybridbatch.kernels import fused, vector_width
 from hybridbatch.kernels.fused import FusedRun
 from hybridbatch.kernels.vector_width import WIDE_VECTORS
-from hybridbatch.trace import FUSION
+from hybridbatch.hybrid.trace import FUSION
 from test_blocks import _LogOfRelu
 from test_review_ops import recorded
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch import backend
+from hybridbatch.runtime import backend
 
 pytestmark = pytest.mark.skipif(not backend.gpu_available(),
                                 reason="cupy with a CUDA device is not available on this machine")

@@ -5,8 +5,9 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import hybridbatch as hb
-from hybridbatch import plan as plan_module, signature
-from hybridbatch.layout import rows_by_next_reader
+from hybridbatch.runtime import plan as plan_module
+from hybridbatch.record import signature
+from hybridbatch.runtime.layout import rows_by_next_reader
 
 
 @st.composite

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch import memory
+from hybridbatch.runtime import memory
 
 
 def _applied(env_value):
@@ -18,7 +18,7 @@ def _applied(env_value):
     env.pop("HYBRIDBATCH_KEEP_MEMORY", None)
     if env_value is not None:
         env["HYBRIDBATCH_KEEP_MEMORY"] = env_value
-    out = subprocess.run([sys.executable, "-c", "import hybridbatch.memory as m; print(m.APPLIED)"],
+    out = subprocess.run([sys.executable, "-c", "import hybridbatch.runtime.memory as m; print(m.APPLIED)"],
                          env=env, capture_output=True, text=True, check=True)
     return out.stdout.strip()
 

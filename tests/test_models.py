@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.data import Vocab, synthetic_sst
-from hybridbatch.models import TreeLSTMSentiment
+from hybridbatch_workloads.data import Vocab, synthetic_sst
+from hybridbatch_workloads.models import TreeLSTMSentiment
 
 
 @pytest.fixture(scope="module")

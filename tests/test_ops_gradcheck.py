@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch import signature
+from hybridbatch.record import signature
 from hybridbatch.ops import OPS
 
 # Registered ops that users never call: constants, parameter reads (inserted by recording),

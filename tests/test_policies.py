@@ -21,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import hybridbatch as hb
-from hybridbatch import signature
+from hybridbatch.record import signature
 from hybridbatch.schedule import POLICIES, GraphView, agenda, get_policy, lower_bound
 from hybridbatch.schedule.frontier import critical_path, greedy_frontier
 from hybridbatch.schedule.fsm import FSMPolicy
 from hybridbatch.schedule.learn import learn_views
-from hybridbatch.schedule.lower_bound import grouped_bound, path_bound, tight_lower_bound
-from hybridbatch.schedule.search import rollout_search
+from hybridbatch.schedule.offline.bounds import grouped_bound, path_bound, tight_lower_bound
+from hybridbatch.schedule.offline.search import rollout_search
 from test_scheduling import (LABELS, XS, chain, chain_loss, check_schedule, graph_views, make_view,
                              run_chains)
 

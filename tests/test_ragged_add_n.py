@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch import signature
+from hybridbatch.record import signature
 from hybridbatch.kernels.segments import segment_sums
 from hybridbatch.ops.elementwise import AddN, RaggedAddN
 

@@ -70,14 +70,14 @@ def test_op_granularity_depths_count_ops_and_a_parameter_read():
     with hb.batching(granularity="op") as scope:
         y = hb.tanh(W @ np.ones(2, np.float32)) + hb.sum(hb.tanh(W))    # tanh(W) reads W first
         y.asnumpy()
-    got = [(hb.signature.SIGS[s].op.name, d) for s, d in zip(scope.graph.sig, scope.graph.depths.view.tolist())]
+    got = [(hb.record.signature.SIGS[s].op.name, d) for s, d in zip(scope.graph.sig, scope.graph.depths.view.tolist())]
     assert got == [("input", 0), ("matmul", 1), ("tanh", 2), ("param", 1), ("tanh", 2), ("sum", 3), ("add", 4)]
 
 
 def test_graph_delta_gives_each_flush_its_calls_and_can_give_them_again():
     """A call of k outputs is one call and k nodes; a flush rebuilt after a failure asks for
     the same delta again."""
-    from hybridbatch.graph import Graph
+    from hybridbatch.record.graph import Graph
     g = Graph()
     assert g.add(7, (1,), (), -1) == 0                  # an input
     assert g.add(8, (1, 2, 3), (0,), 5) == 1           # a block call of three outputs: nodes 1-3

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from hybridbatch.schedule import POLICIES, lower_bound
-from hybridbatch.schedule import automata
-from hybridbatch.schedule.automata import _automata, _merge, core_and_tail, merged_core, part_bound
-from hybridbatch.schedule.lower_bound import grouped_bound, path_bound, tight_lower_bound
+from hybridbatch.schedule.offline import automata
+from hybridbatch.schedule.offline.automata import _automata, _merge, core_and_tail, merged_core, part_bound
+from hybridbatch.schedule.offline.bounds import grouped_bound, path_bound, tight_lower_bound
 from test_policies import build, n_batches, optimum
 from test_search_parts import rotations
 from test_scheduling import INPUT, chain, graph_views, make_view

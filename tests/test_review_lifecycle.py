@@ -65,7 +65,7 @@ def test_freezing_a_parameter_discards_its_gradient():
 def test_an_initializer_must_make_the_parameters_shape_and_dtype():
     """A (1,) bias would broadcast silently in every op; a float64 one would disagree with
     the float32 its signatures promise."""
-    class Made(hb.parameter.Initializer):
+    class Made(hb.train.parameter.Initializer):
         def __init__(self, shape):
             self.shape = shape
 
@@ -80,7 +80,7 @@ def test_an_initializer_must_make_the_parameters_shape_and_dtype():
 
 @pytest.mark.parametrize("bad, error", [(-1, ValueError), (2.5, TypeError), (True, TypeError)])
 def test_plan_cache_size_must_be_a_count(bad, error):
-    from hybridbatch.plan_cache import CACHE
+    from hybridbatch.runtime.plan_cache import CACHE
     before = CACHE.capacity
     with pytest.raises(error, match="plan cache size"):
         hb.set_plan_cache_size(bad)

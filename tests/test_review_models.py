@@ -21,8 +21,8 @@ def test_scalar_parameter_survives_parameter_dict_save_and_load(tmp_path):
 
 def test_sequence_losses_refuse_labels_of_another_length():
     """zip() used to drop the steps (or labels) past the shorter one: a smaller loss, no error."""
-    from hybridbatch.models.lattice_lstm import LatticeLSTMTagger
-    from hybridbatch.models.seq2seq import Seq2SeqLSTM
+    from hybridbatch_workloads.models.lattice_lstm import LatticeLSTMTagger
+    from hybridbatch_workloads.models.seq2seq import Seq2SeqLSTM
     nmt = Seq2SeqLSTM(20, 15, embed=4, hidden=3)
     assert np.isfinite(float(nmt.loss([1, 2], [0, 3, 4], [3, 4, 1])))
     lattice = LatticeLSTMTagger(12, 9, 4, char_embed=3, word_embed=3, hidden=4)
@@ -36,9 +36,9 @@ def test_sequence_losses_refuse_labels_of_another_length():
 
 def test_tagger_refuses_tags_of_another_length():
     """zip() used to drop the tokens past the last tag: a smaller loss, no error."""
-    from hybridbatch.data import Vocab
-    from hybridbatch.data.conllu import UPOS_TAGS
-    from hybridbatch.models.bilstm_tagger import BiLSTMTagger
+    from hybridbatch_workloads.data import Vocab
+    from hybridbatch_workloads.data.conllu import UPOS_TAGS
+    from hybridbatch_workloads.models.bilstm_tagger import BiLSTMTagger
     tagger = BiLSTMTagger(Vocab.build(["a", "b"]), UPOS_TAGS, embed=4, hidden=3)
     assert np.isfinite(float(tagger.sentence_loss(["a", "b"], ["NOUN", "VERB"])))
     for tags in (["NOUN"], ["NOUN", "VERB", "ADJ"]):
@@ -52,7 +52,7 @@ def test_tagger_refuses_tags_of_another_length():
 def test_lattice_refuses_a_word_outside_the_sentence_or_shorter_than_two(word):
     """A one-character, backward or negative-start word was silently never merged (or merged
     at a wrapped position); one past the end failed with a bare list IndexError."""
-    from hybridbatch.models.lattice_lstm import LatticeLSTMTagger
+    from hybridbatch_workloads.models.lattice_lstm import LatticeLSTMTagger
     lattice = LatticeLSTMTagger(12, 9, 4, char_embed=3, word_embed=3, hidden=4)
     assert np.isfinite(float(lattice.loss([1, 2, 3], [(0, 2, 1), (1, 3, 2)], [0, 1, 2])))
     with pytest.raises(ValueError, match="word"):
@@ -63,8 +63,8 @@ def test_lattice_refuses_a_word_outside_the_sentence_or_shorter_than_two(word):
 def test_two_type_tree_refuses_node_types_that_do_not_fit_the_tree(change):
     """Extra types were ignored, a negative one picked the last block, too few raised a bare
     StopIteration."""
-    from hybridbatch.data import Tree, Vocab
-    from hybridbatch.models.tree_lstm import TwoTypeTreeLSTM
+    from hybridbatch_workloads.data import Tree, Vocab
+    from hybridbatch_workloads.models.tree_lstm import TwoTypeTreeLSTM
     tree = Tree(1, children=(Tree(0, "a"), Tree(2, children=(Tree(3, "b"), Tree(4, "a")))))
     model = TwoTypeTreeLSTM(Vocab.build(["a", "b"]), embed=4, hidden=3)
     assert np.isfinite(float(model.tree_loss(tree, [1, 0])))

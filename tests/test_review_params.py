@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.optim import Trainer
+from hybridbatch.train.optim import Trainer
 from test_review_ops import recorded
 
 

@@ -90,7 +90,7 @@ def test_example_data_problem_is_one_line_not_a_traceback(tmp_path, script, file
     ("w4-treegru", "(3 (2 a) (2 b)\n", "train.txt:1:15: expected ')'"),
 ])
 def test_bench_data_problem_is_an_error_message(tmp_path, capsys, workload, train, message):
-    from hybridbatch.bench import cli
+    from hybridbatch_workloads.bench import cli
     data = str(tmp_path) if train is None else _sst_dir(tmp_path, train)
     assert cli.main([workload, "--data", data, *BENCH_TINY]) == 2
     err = capsys.readouterr().err
@@ -116,7 +116,7 @@ def test_bench_unwritable_output_is_refused_before_the_run(tmp_path, capsys, fla
     """--json and --plot are written after the whole run; a path that cannot be written
     (a folder, a path under a file, a folder that root may "access" but not write in, as
     /proc) died in a traceback after minutes of measuring."""
-    from hybridbatch.bench import cli
+    from hybridbatch_workloads.bench import cli
     if where == "/proc" and not os.path.isdir("/proc/self"):
         pytest.skip("no /proc on this system")
     (tmp_path / "f").write_text("")
@@ -131,7 +131,7 @@ def test_bench_unwritable_output_is_refused_before_the_run(tmp_path, capsys, fla
 def test_bench_output_probe_keeps_symlinks_and_does_not_open_pipes(tmp_path):
     """The writability probe made and removed the file itself: through a dangling symlink
     it made the target and removed the link; a FIFO without a reader blocked the parse."""
-    from hybridbatch.bench.cli import output_file
+    from hybridbatch_workloads.bench.cli import output_file
     link = tmp_path / "w1.json"
     link.symlink_to(tmp_path / "results.json")
     assert output_file(str(link)) == str(link)
@@ -142,7 +142,7 @@ def test_bench_output_probe_keeps_symlinks_and_does_not_open_pipes(tmp_path):
 
 
 def test_bench_output_folder_is_created(tmp_path, capsys):
-    from hybridbatch.bench import cli
+    from hybridbatch_workloads.bench import cli
     out = tmp_path / "new" / "deeper" / "w1.json"
     assert cli.main(["W1", *BENCH_TINY, "--synthetic-train", "4", "--json", str(out)]) == 0
     assert out.is_file()
@@ -152,7 +152,7 @@ def test_bench_json_is_strict_json(tmp_path):
     """A diverged loss (NaN) or a rate over zero seconds (inf) was written as a bare NaN /
     Infinity, which no strict JSON parser reads; such a figure is now null."""
     import json
-    from hybridbatch.bench import cli
+    from hybridbatch_workloads.bench import cli
     out = tmp_path / "res.json"
     cli._write_json(str(out), {"loss_per_instance": float("nan"), "speedup": {"train": float("inf")},
                                "throughput_runs": [12.5, float("-inf")], "instances": 4})
@@ -179,7 +179,7 @@ def test_bench_json_is_strict_json(tmp_path):
 def test_bench_flag_that_does_not_apply_is_a_usage_error(capsys, argv, message):
     """These were accepted and silently ignored: `policies --sweep hidden` ran the policy
     comparison, `W1 --workloads W2` benchmarked W1, `W1 --plot x.png` wrote no plot."""
-    from hybridbatch.bench import cli
+    from hybridbatch_workloads.bench import cli
     with pytest.raises(SystemExit) as e:
         cli.main([*argv, "--no-progress"])
     assert e.value.code == 2
@@ -189,7 +189,7 @@ def test_bench_flag_that_does_not_apply_is_a_usage_error(capsys, argv, message):
 @pytest.mark.parametrize("workloads", [",", " ", ""])
 def test_policies_with_no_workload_named_is_an_error(tmp_path, capsys, workloads):
     """`--workloads ,` compared nothing and wrote an empty table, plot and JSON."""
-    from hybridbatch.bench import cli
+    from hybridbatch_workloads.bench import cli
     out = tmp_path / "p.json"
     assert cli.main(["policies", "--workloads", workloads, "--no-progress", "--json", str(out)]) == 2
     assert "names no workload" in capsys.readouterr().err and not out.exists()
@@ -198,7 +198,7 @@ def test_policies_with_no_workload_named_is_an_error(tmp_path, capsys, workloads
 def test_policies_with_a_batch_too_big_for_the_data_is_an_error(capsys):
     """The comparison needs 11 minibatches of training instances; a bigger --batch than the
     data allows died in a ValueError traceback."""
-    from hybridbatch.bench import cli
+    from hybridbatch_workloads.bench import cli
     assert cli.main(["policies", "--workloads", "w6", "--batch", "512", "--hidden", "8", "--no-throughput",
                      "--no-progress"]) == 2
     err = capsys.readouterr().err
@@ -217,8 +217,8 @@ CONLLU = "# text = The dog\n1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\t
 def test_readers_skip_a_utf8_byte_order_mark(tmp_path, newline):
     """read_lexicon kept the mark in its first word (which then never matched); the other
     readers refused the file with a misleading error at line 1 column 1."""
-    from hybridbatch.data import read_clevr_programs, read_conllu, read_ptb_trees
-    from hybridbatch.data.lattice import read_char_ner, read_lexicon
+    from hybridbatch_workloads.data import read_clevr_programs, read_conllu, read_ptb_trees
+    from hybridbatch_workloads.data.lattice import read_char_ner, read_lexicon
 
     def write(name, text):
         path = tmp_path / name
@@ -234,7 +234,7 @@ def test_readers_skip_a_utf8_byte_order_mark(tmp_path, newline):
 
 
 def test_reader_error_after_a_byte_order_mark_points_at_the_right_byte(tmp_path):
-    from hybridbatch.data import DataFormatError, read_ptb_trees
+    from hybridbatch_workloads.data import DataFormatError, read_ptb_trees
     path = tmp_path / "t.txt"
     path.write_bytes(BOM.encode() + b"(3 (2 a) (2 b))\n(2 \xff)\n")
     with pytest.raises(DataFormatError, match=r"t.txt:2: expected UTF-8 text, found byte 0xff at byte column 4"):

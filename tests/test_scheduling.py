@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hybridbatch as hb
-from hybridbatch import signature
+from hybridbatch.record import signature
 from hybridbatch.schedule import GraphView, agenda, by_depth, get_policy, lower_bound
 
 POLICIES = {"agenda": agenda, "depth": by_depth}

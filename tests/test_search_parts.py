@@ -13,9 +13,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from hybridbatch.schedule import POLICIES, lower_bound
-from hybridbatch.schedule.automata import core_and_tail, merged_core, part_bound
-from hybridbatch.schedule.lower_bound import path_bound, tight_lower_bound
-from hybridbatch.schedule.search import _beam, rollout_search
+from hybridbatch.schedule.offline.automata import core_and_tail, merged_core, part_bound
+from hybridbatch.schedule.offline.bounds import path_bound, tight_lower_bound
+from hybridbatch.schedule.offline.search import _beam, rollout_search
 from test_policies import build, n_batches, optimum
 from test_scheduling import chain, graph_views
 
@@ -109,7 +109,7 @@ def test_dropping_steps_never_costs_a_batch(view):
     """search._play: critical path's own type sequence, steps dropped where that costs no
     batch, is a valid schedule with at most critical path's batches."""
     from hybridbatch.schedule.frontier import critical_path
-    from hybridbatch.schedule.search import _play
+    from hybridbatch.schedule.offline.search import _play
     order, bptr = critical_path(view)
     types = view.sig[order[bptr[:-1]]] if len(order) else np.zeros(0, np.int64)
     assert n_batches(lambda v: _play(v, types, drop=True), view) <= len(bptr) - 1

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.bench.workload import Workload
-from hybridbatch.bench.workload_tagger import W2Tagger, W3Tagger
-from hybridbatch.data.conllu import UPOS_TAGS, synthetic_tagging
-from hybridbatch.data.trees import Vocab
-from hybridbatch.models.bilstm_tagger import BiLSTMTagger
+from hybridbatch_workloads.bench.workload import Workload
+from hybridbatch_workloads.bench.workload_tagger import W2Tagger, W3Tagger
+from hybridbatch_workloads.data.conllu import UPOS_TAGS, synthetic_tagging
+from hybridbatch_workloads.data.trees import Vocab
+from hybridbatch_workloads.models.bilstm_tagger import BiLSTMTagger
 
 SMALL = dict(embed=12, hidden=8, char_embed=5, char_hidden=6)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.optim import SGD
+from hybridbatch.train.optim import SGD
 
 
 # -- helpers ----------------------------------------------------------------------------

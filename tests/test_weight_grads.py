@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.autograd import accumulate_param, one_gemm_per_weight
+from hybridbatch.runtime.autograd import accumulate_param, one_gemm_per_weight
 from hybridbatch.kernels import blas
 from hybridbatch.ops import OuterGrad
 from test_blas import library, needs_mkl, transposed_operands  # noqa: F401  (library: a fixture)

@@ -5,16 +5,15 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.bench.harness import Config, run_benchmark
-from hybridbatch.bench.registry import DEFAULT_GRANULARITY, WORKLOADS, make_workload
-from hybridbatch.bench.workload import scaled
-from hybridbatch.bench.workload_lattice import EncodedLattice, W6Lattice
-from hybridbatch.bench.workload_nmt import EncodedPair, W5NMT
-from hybridbatch.bench.workload_tree_variants import W4MVRNN, W4TreeGRU, W4TreeLSTM2Type
-from hybridbatch.data import DataFormatError, Tree
-from hybridbatch.data.lattice import (LatticeWord, WEIBO_TAGS, match_lexicon, read_char_ner,
-                                      read_lattices, read_lexicon, synthetic_lattices)
-from hybridbatch.data.synthetic_nmt import synthetic_nmt
+from hybridbatch_workloads.bench.harness import Config, run_benchmark
+from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY, WORKLOADS, make_workload
+from hybridbatch_workloads.bench.workload import scaled
+from hybridbatch_workloads.bench.workload_lattice import EncodedLattice, W6Lattice
+from hybridbatch_workloads.bench.workload_nmt import EncodedPair, W5NMT
+from hybridbatch_workloads.bench.workload_tree_variants import W4MVRNN, W4TreeGRU, W4TreeLSTM2Type
+from hybridbatch_workloads.data import DataFormatError, Tree
+from hybridbatch_workloads.data.lattice import (LatticeWord, WEIBO_TAGS, match_lexicon, read_char_ner, read_lattices, read_lexicon, synthetic_lattices)
+from hybridbatch_workloads.data.synthetic_nmt import synthetic_nmt
 
 NEW = ("W4-TREEGRU", "W4-2TYPE", "W4-MVRNN", "W5", "W6")
 

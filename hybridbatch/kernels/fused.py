@@ -18,7 +18,7 @@ import os
 import pathlib
 import sys
 
-from .. import signature
+from ..record import signature
 from ..ops.linalg import MatMul
 from .vector_width import WIDE_VECTORS, compiled_wide
 

@@ -2,8 +2,8 @@
 import numpy as np
 
 from .. import api as F
-from ..block import Block, HybridBlock
-from ..parameter import Parameter
+from ..hybrid.block import Block, HybridBlock
+from ..train.parameter import Parameter
 
 ACTIVATIONS = {None: lambda x: x, "tanh": F.tanh, "sigmoid": F.sigmoid, "relu": F.relu}
 

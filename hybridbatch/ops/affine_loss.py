@@ -11,7 +11,7 @@ from collections import Counter
 
 import numpy as np
 
-from .. import signature
+from ..record import signature
 from ..kernels import softmax
 from ..kernels.blas import SMALL_WEIGHT
 from .index import PickNegLogSoftmax

@@ -9,7 +9,7 @@ import operator
 
 import numpy as np
 
-from ..signature import check  # noqa: F401  (re-exported for op modules)
+from ..record.signature import check  # noqa: F401  (re-exported for op modules)
 
 def as_int(what, v):
     """v as an int, or a TypeError as numpy raises: int() would read 3.5 as 3, and a bool is

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .registry import Op, register, check, as_batched
-from .. import signature
+from ..record import signature
 
 
 @register

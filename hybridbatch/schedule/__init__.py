@@ -6,9 +6,16 @@ all of one signature, each node's operands in earlier batches.
 from .agenda import agenda
 from .depth import by_depth
 from .frontier import critical_path, greedy_frontier
-from .search import rollout_search
 from .graph_view import GraphView  # noqa: F401
 from .lower_bound import lower_bound  # noqa: F401
+
+
+
+def rollout_search(view):
+    """The offline rollout search (`offline/search.py`), loaded on first use."""
+    from .offline.search import rollout_search as search
+    return search(view)
+
 
 POLICIES = {"agenda": agenda, "depth": by_depth, "greedy-frontier": greedy_frontier,
             "critical-path": critical_path, "search": rollout_search}

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 from tqdm import tqdm
 
-from ..scope import batching
+from ..record.scope import batching
 from .agenda import agenda
 from .fsm import FSMPolicy, encoding_code, keys_of
 from .frontier import CRITICAL, average_depth, episode, fallback_rule, greedy_actions, index_states

@@ -1,0 +1,238 @@
+"""Blocks: parameters and child blocks registered by attribute, like Gluon and PyTorch modules.
+
+A HybridBlock's forward uses only hb ops, so `hybridize()` can trace it once per input
+signature into a Program (trace.py). Inside `hb.batching(granularity="block")` each call of a
+hybridized block is then ONE graph node and a batch of such calls runs the traced program
+once on the stacked inputs; at op granularity the program is replayed op by op so primitive
+ops batch across block boundaries; eagerly it is replayed for one instance.
+"""
+import warnings
+import weakref
+
+import numpy as np
+
+from ..record import eager, scope as _scope
+from ..errors import ScopeError
+from ..record.future import Future
+from ..train.parameter import Parameter
+from ..train.parameter_dict import ParameterDict
+from .trace import INT, STATIC, trace
+
+
+_local = _scope._local         # its .scope: the batching scope recording on this thread, or None
+_traced = weakref.WeakSet()      # HybridBlocks holding traced programs
+
+
+def _forget_traces():
+    """Drop every traced program, to be retraced at its block's next call. A trace bakes in
+    what forward read from its block: child blocks, Parameters, flags its Python control
+    flow tested; and a parent's trace inlines its children's. So any block attribute
+    assigned after tracing may have changed what every trace computes."""
+    for block in list(_traced):
+        block._programs.clear()
+    _traced.clear()
+
+
+class Block:
+    """Base of every model piece. Assigning a Parameter or a Block to an attribute registers
+    it; assigning or deleting any attribute drops the traced programs (see _forget_traces)."""
+
+    def __init__(self):
+        object.__setattr__(self, "_children", {})
+        object.__setattr__(self, "_params", {})
+
+    def __setattr__(self, name, value):
+        if "_children" not in self.__dict__:
+            raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() "
+                               f"before assigning attributes")
+        self._unregister(name)
+        if isinstance(value, Block):
+            self._children[name] = value
+        elif isinstance(value, Parameter):
+            self._params[name] = value
+        elif isinstance(value, (list, tuple, dict)):
+            self._warn_unregistered(name, value)
+        object.__setattr__(self, name, value)
+
+    def _warn_unregistered(self, name, container):
+        """Warn when a list, tuple or dict holds Blocks or Parameters this block has not
+        registered: collect_params, a Trainer, save_parameters and hybridize() never see them."""
+        members = container.values() if isinstance(container, dict) else container
+        known = {id(v) for v in self._children.values()} | {id(v) for v in self._params.values()}
+        missed = [v for v in members if isinstance(v, (Block, Parameter)) and id(v) not in known]
+        if missed:
+            warnings.warn(f"{type(self).__name__}.{name} holds {len(missed)} Block(s)/Parameter(s) that are not "
+                          f"registered: collect_params(), a Trainer, save_parameters() and hybridize() will not "
+                          f"see them. Use nn.Sequential, or assign each to an attribute of its own.",
+                          UserWarning, stacklevel=3)
+
+    def __delattr__(self, name):
+        object.__delattr__(self, name)
+        self._unregister(name)
+
+    def _unregister(self, name):
+        """Forget the Block or Parameter registered as `name`, and every trace: forward may
+        have read the attribute (see _forget_traces)."""
+        self._children.pop(name, None)
+        self._params.pop(name, None)
+        if _traced:
+            _forget_traces()
+
+    def forward(self, *args):
+        raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def __call__(self, *args):
+        return self.forward(*args)
+
+    def children(self):
+        return dict(self._children)
+
+    def collect_params(self, prefix=""):
+        """Every Parameter of this block and its children, keyed by dotted attribute path."""
+        params = ParameterDict()
+        params.update(dict(self._named_params(prefix)))
+        return params
+
+    def parameters(self):
+        """Every distinct Parameter of this block and its children, a shared one once: what a
+        Trainer takes."""
+        return list({id(p): p for _, p in self._named_params("")}.values())
+
+    def _named_params(self, prefix):
+        for name, p in self._params.items():
+            yield prefix + name, p
+        for name, child in self._children.items():
+            yield from child._named_params(f"{prefix}{name}.")
+
+    def save_parameters(self, path):
+        """Write every parameter's value to an .npz archive at exactly `path` (np.savez would
+        append .npz to another name, and loading from `path` would fail), keyed by dotted path."""
+        self.collect_params().save(path)
+
+    def load_parameters(self, path):
+        """Read values saved by save_parameters (ParameterDict.load: names, shapes and dtypes
+        checked before any parameter changes)."""
+        self.collect_params().load(path)
+
+    def hybridize(self, active=True):
+        """Hybridize every HybridBlock in this tree (Gluon semantics)."""
+        for child in self._children.values():
+            child.hybridize(active)
+
+    def __repr__(self):
+        lines = [f"{type(self).__name__}("]
+        for name, p in self._params.items():
+            lines.append(f"  {name}: Parameter{p.shape}")
+        for name, child in self._children.items():
+            lines.append("  " + f"({name}): {child!r}".replace("\n", "\n  "))
+        return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}()"
+
+
+class HybridBlock(Block):
+    """A block whose forward uses only hb ops, so it can be traced and batched whole."""
+
+    def __init__(self):
+        super().__init__()
+        object.__setattr__(self, "_active", False)
+        object.__setattr__(self, "_programs", {})
+        object.__setattr__(self, "auto_inline", False)   # granularity="auto"'s choice for this block
+
+    def hybridize(self, active=True):
+        """Trace forward (again) at the next call, as Gluon's hybridize() does."""
+        object.__setattr__(self, "_active", active)
+        _forget_traces()
+        super().hybridize(active)
+
+    def __call__(self, *args):
+        scope = _local.scope
+        if scope is not None and scope.granularity == "block" and self._active:
+            return self._record_call(scope, args)     # a tracing scope is never "block"
+        if not self._active or (scope is not None and scope.tracing):
+            return self.forward(*args)      # plain, or inlined into an enclosing trace
+        handles, key, ints = [], [], []
+        for a in args:
+            if isinstance(a, Parameter):
+                key.append(a)
+            elif isinstance(a, _FLAGS):
+                key.append(_flag(a))
+            elif isinstance(a, (int, np.integer)):
+                key.append(INT)
+                ints.append(int(a))
+            else:
+                h = _as_handle(a, scope)
+                handles.append(h)
+                key.append(scope.graph.type[h.id] if scope is not None else h.sig.out_type)
+        program = self._program(tuple(key))
+        if scope is None:
+            return program.replay(eager.apply, eager.constant, handles, ints)
+        if scope.granularity == "auto" and not self.auto_inline:
+            return scope.record_program(program, [h.id for h in handles], ints)
+        return program.replay(scope.record, scope.constant, handles, ints)
+
+    def _record_call(self, scope, args):
+        """Block granularity, the hot path: one graph node per call."""
+        types = scope.graph.type
+        ids, key, ints = [], [], []
+        for a in args:
+            if a.__class__ is Future and a.scope is scope:     # the common cases first:
+                i = a.id                                       # exact class tests are cheaper
+                ids.append(i)                                  # than isinstance
+                key.append(types[i])
+            elif a.__class__ is int:
+                key.append(INT)
+                ints.append(a)
+            elif isinstance(a, Parameter):
+                key.append(a)
+            elif isinstance(a, _FLAGS):
+                key.append(_flag(a))
+            elif isinstance(a, (int, np.integer)):
+                key.append(INT)
+                ints.append(int(a))
+            else:
+                i = _as_handle(a, scope).id
+                ids.append(i)
+                key.append(types[i])
+        key = tuple(key)
+        program = self._programs.get(key)
+        return scope.record_program(program if program is not None else self._program(key), ids, ints)
+
+    def _program(self, key):
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = self._trace(key)
+        return program
+
+    def _trace(self, key):
+        tracer = _scope.tracing()
+        try:
+            program = trace(self, key, tracer)
+        finally:
+            _scope.end_tracing(tracer)
+        program.owner = self
+        _traced.add(self)
+        return program
+
+
+_FLAGS = (bool, np.bool_) + STATIC
+
+
+def _flag(a):
+    """The cache-key entry of a str or None argument. A bool is refused: the un-hybridized
+    forward could test it, and hb.lookup refuses it as a row, but a trace saw only an int
+    placeholder (a branch on it raised) and hb.lookup read it as row 0 or 1."""
+    if isinstance(a, (bool, np.bool_)):
+        raise TypeError("a bool argument of a hybridized block is neither a flag its forward can test "
+                        "(its value is not known while tracing) nor an op index (hb.lookup and hb.pick "
+                        "refuse a bool); make the flag a block attribute, or pass an int")
+    return (STATIC, a)
+
+
+def _as_handle(a, scope):
+    """The block argument as a value handle of the current mode (arrays become constants)."""
+    if isinstance(a, Future):
+        if scope is None or a.scope is not scope:
+            raise ScopeError("a Future was passed to a block outside the batching scope that recorded it")
+        return a
+    if scope is None:
+        return a if isinstance(a, eager.Tensor) else eager.constant(a)
+    return scope.constant(a)

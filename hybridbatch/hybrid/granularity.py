@@ -1,0 +1,29 @@
+"""granularity="auto": the per-block choice between one node per call and inlined ops."""
+import statistics
+
+from ..record import signature
+
+AUTO_MIN_BATCH = 8
+
+
+def choose_granularity(plan):
+    """After a flush of an "auto" scope, decide per hybridized block whether to inline it.
+
+    A block is inlined from then on when its calls in this flush came in several signatures
+    (arities, shapes) AND most of its batches were small (median size below AUTO_MIN_BATCH):
+    inlined, the primitive ops of those calls batch across signatures. A block whose calls
+    batch well, or whose calls all share one signature (inlining cannot merge them), stays
+    whole: one node per call is the cheaper graph to record and schedule. The choice is kept
+    on the block (`block.auto_inline`), so it applies to later calls and scopes.
+    """
+    seen = {}
+    for sig_id, size in zip(plan.batch_sig, plan.sizes):
+        program = getattr(signature.SIGS[sig_id].op, "program", None)
+        owner = getattr(program, "owner", None)
+        if owner is not None:
+            sizes, sigs = seen.setdefault(owner, ([], set()))
+            sizes.append(size)
+            sigs.add(sig_id)
+    for owner, (sizes, sigs) in seen.items():
+        if len(sigs) >= 2 and statistics.median(sizes) < AUTO_MIN_BATCH:
+            object.__setattr__(owner, "auto_inline", True)

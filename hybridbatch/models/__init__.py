@@ -1,4 +1,0 @@
-"""The reference workloads (WORKLOADS.md), written per instance."""
-from .tree_lstm import TreeLSTMNode, TreeLSTMSentiment
-
-__all__ = ["TreeLSTMNode", "TreeLSTMSentiment"]

@@ -1,0 +1,159 @@
+"""Eager mode: outside a batching scope every op runs at once on one instance.
+
+This is the unbatched baseline. It calls the same op kernels with a batch of one, and keeps
+a tape (each Tensor holds its operands) for reverse mode, freed with the Tensors.
+"""
+import numpy as np
+
+from ..runtime.autograd import accumulate_param
+from ..errors import ScopeError
+from .future import Future
+from ..ops.shape import Input, ParamRead
+from ..train.parameter import Parameter
+from ..runtime import backend
+from . import signature
+
+
+class Tensor:
+    """A computed value of one instance: `value` has a leading batch axis of one."""
+
+    __slots__ = ("value", "sig", "inputs", "aux", "__weakref__")
+
+    def __init__(self, value, sig, inputs=(), aux=-1):
+        self.value = value
+        self.sig = sig
+        self.inputs = inputs
+        self.aux = aux
+
+    shape = property(lambda self: self.sig.out_shape)
+    dtype = property(lambda self: self.sig.out_dtype)
+    ndim = property(lambda self: len(self.sig.out_shape))
+
+    __len__ = Future.__len__       # the same rule, 0-d values included
+
+    def asnumpy(self):
+        return backend.to_numpy(self.value[0]).copy()
+
+    def item(self):
+        return self.asnumpy().item()
+
+    def __float__(self):
+        return float(self.asnumpy())
+
+    def __bool__(self):
+        """numpy's truth value; without it Python fell back to __len__ (a [0.0] was True)."""
+        return bool(self.asnumpy())
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self.asnumpy(), dtype=dtype)
+
+    def backward(self):
+        backward(self)
+
+    def __repr__(self):
+        return f"Tensor(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def constant(value) -> Tensor:
+    refuse_held_values(value)
+    value = backend.to_array(value)
+    tid = signature.type_id(value.shape, value.dtype)
+    return Tensor(value[None], signature.intern(Input, (tid,), ()))
+
+
+def apply(op, args, attrs=(), aux=-1) -> Tensor:
+    codes, xs, inputs = [], [], []
+    for a in args:
+        if isinstance(a, Parameter):
+            codes.append(-a.pid - 1)
+            xs.append(a.data)
+        else:
+            if not isinstance(a, Tensor):
+                if isinstance(a, Future):
+                    raise ScopeError("a Future is used outside its batching scope; read it with "
+                                     ".asnumpy() and pass the array instead")
+                a = constant(a)
+            codes.append(a.sig.out_type)
+            xs.append(a.value)
+        inputs.append(a)
+    if op.needs_batched and all(c < 0 for c in codes):
+        inputs[0] = apply(ParamRead, (inputs[0],), (), 0)
+        codes[0], xs[0] = inputs[0].sig.out_type, inputs[0].value
+    sig = signature.intern(op, attrs, tuple(codes))
+    aux_arr = None
+    if op.uses_aux:
+        aux = op.index(aux)
+        op.check_aux(sig, aux)
+        aux_arr = np.array([aux], np.int64)
+    y = op.forward(backend.xp(), sig, xs, aux_arr)
+    if getattr(y, "base", None) is not None and any(c < 0 and backend.xp().may_share_memory(y, x)
+                                                    for c, x in zip(codes, xs)):
+        y = y.copy()    # a view of a Parameter (W[0]) would change with its next update
+    return Tensor(y, sig, tuple(inputs), aux)
+
+
+def _topological(root):
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+        t, done = stack.pop()
+        if done:
+            order.append(t)
+            continue
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        stack.extend((u, False) for u in t.inputs if isinstance(u, Tensor) and id(u) not in seen)
+    return order
+
+
+def refuse_held_values(value):
+    """A list or tuple holding a Future, Tensor or Parameter would be read by np.asarray
+    into a constant array, with no gradient to what computed its entries: a TypeError."""
+    if isinstance(value, (list, tuple)) and _holds_values(value):
+        raise TypeError("a list or tuple holding recorded values would become a constant array, with no "
+                        "gradient to what computed them; pass the values as separate arguments, or combine "
+                        "them with hb.concat")
+
+
+def _holds_values(a):
+    return isinstance(a, (Future, Tensor, Parameter)) or (
+        isinstance(a, (list, tuple)) and any(_holds_values(b) for b in a))
+
+
+def trainable_source(t: Tensor):
+    """The first Parameter with a gradient that t was computed from, or None: a scope that
+    took t as a constant would lose the gradient into it."""
+    for u in _topological(t):
+        for v in u.inputs:
+            if isinstance(v, Parameter) and v.grad_req != "null":
+                return v
+    return None
+
+
+def backward(root: Tensor):
+    """Reverse mode from a scalar Tensor, accumulating into Parameter.grad."""
+    if root.shape != ():
+        raise ValueError(f"backward() needs a scalar; this value has shape {root.shape}")
+    xp = backend.xp()
+    grads = {id(root): xp.ones_like(root.value)}
+    for t in reversed(_topological(root)):
+        gy = grads.pop(id(t), None)
+        op = t.sig.op
+        if gy is None or not op.executed:
+            continue
+        needs = [isinstance(u, Tensor) and u.sig.op.executed or (isinstance(u, Parameter) and u.grad_req != "null")
+                 for u in t.inputs]
+        if not any(needs):
+            continue
+        xs = [u.data if isinstance(u, Parameter) else u.value for u in t.inputs]
+        aux = np.array([t.aux], np.int64) if op.uses_aux else None
+        for u, need, g in zip(t.inputs, needs, op.backward(xp, t.sig, xs, aux, t.value, gy, needs)):
+            if not need:
+                continue
+            if isinstance(u, Parameter):
+                accumulate_param(u.pid, g)
+            elif id(u) in grads:
+                grads[id(u)] = grads[id(u)] + g
+            else:
+                grads[id(u)] = g

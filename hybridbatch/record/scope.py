@@ -1,0 +1,318 @@
+"""The batching scope: records ops as graph nodes, flushes the pending delta in batches.
+
+`with hb.batching() as scope:` makes recording the thread's mode. A flush (scope exit,
+`.asnumpy()`, `scope.forward()`, `backward()`) schedules and runs every pending node, not
+only the ancestors of the value asked for, so reading one value mid-scope keeps the rest
+batched; recording may go on after a flush and the next flush runs the new delta.
+"""
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..runtime.autograd import run_backward
+from ..errors import ScopeError
+from ..runtime.execute import run_forward
+from .future import Future
+from ..hybrid.granularity import choose_granularity
+from .graph import Graph, Growable
+from ..ops.shape import Input, ParamRead
+from ..train.parameter import Parameter
+from ..runtime.plan import Plan
+from ..schedule import get_policy
+from ..hybrid.trace import BlockInt
+from ..runtime import backend
+from . import signature
+
+
+class _Local(threading.local):
+    scope = None          # the default of every thread: read as a plain attribute, no getattr
+
+
+_local = _Local()
+_sig_by_key = signature._sig_by_key
+
+GRANULARITIES = ("op", "block", "auto")
+# Read as a constant, a computed value from outside a traced forward would lose its gradient
+# (and keep its first value for every later call), where the un-hybridized forward has both.
+_CAPTURED = ("a hybridized block's forward read a value computed outside it (a closure, global or attribute); "
+             "a trace would keep it as a constant, without its gradient: pass it to the block as an argument")
+
+
+def current():
+    """The batching scope recording on this thread, or None (eager mode)."""
+    return _local.scope
+
+
+@dataclass
+class Stats:
+    """What the scope did. Times in seconds; recording = time in scope not spent below."""
+    nodes: int
+    batches: int
+    lower_bound: int
+    flushes: int
+    record_seconds: float
+    schedule_seconds: float
+    execute_seconds: float
+    backward_seconds: float
+    plan_cache_hits: int
+
+    @property
+    def plan_cache_hit_rate(self):
+        """Share of this scope's flushes whose schedule came from the plan cache."""
+        return self.plan_cache_hits / self.flushes if self.flushes else 0.0
+
+
+class batching:
+    """A recording scope. See the module docstring; `stats` reports after a flush."""
+
+    def __init__(self, policy="agenda", granularity="op", check_numerics=False):
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
+        self.policy = get_policy(policy)
+        self.granularity = granularity
+        self.check_numerics = check_numerics
+        self.graph = Graph(track_origin=check_numerics)
+        self.plans = []
+        self.params = {}
+        self.arenas = []
+        self.loc_arena = Growable(np.int64)
+        self.loc_row = Growable(np.int64)
+        self.is_const = Growable(np.bool_)
+        self.flushed = 0
+        self.open = False
+        self.tracing = False
+        self.failure = None
+        self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
+        self._entered = self._exited = None
+
+    # -- scope protocol ---------------------------------------------------------------
+    def __enter__(self):
+        if current() is not None:
+            raise ScopeError("batching scopes do not nest; record into the open scope instead")
+        if self._entered is not None:
+            raise ScopeError("a batching scope can be entered once; make a new one")
+        _local.scope = self
+        self.open = True
+        self._entered = time.perf_counter()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        _local.scope = None
+        try:
+            if exc_type is None:
+                self.forward()
+            else:
+                self.failure = exc
+        finally:
+            self.open = False
+            self._exited = time.perf_counter()
+        return False
+
+    # -- recording (the hot path) -----------------------------------------------------
+    def record(self, op, args, attrs=(), aux=-1):
+        """Append one node for `op` over `args`; returns its Future."""
+        if not self.open:
+            raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
+        g = self.graph
+        codes, ids = [], []
+        for a in args:
+            if a.__class__ is not Future:
+                if isinstance(a, Parameter):
+                    codes.append(-a.pid - 1)
+                    self.params[a.pid] = a      # signatures name it by id: keep it alive
+                    continue
+                a = self.constant(a)
+            elif a.scope is not self:
+                raise ScopeError(_CAPTURED if self.tracing else
+                                 "a Future from another batching scope was used here; futures belong "
+                                 "to the scope that recorded them (read it with .asnumpy() first)")
+            i = a.id
+            codes.append(g.type[i])
+            ids.append(i)
+        if not ids and op.needs_batched:
+            return self.record(op, (self.record(ParamRead, args[:1], (), 0),) + tuple(args[1:]), attrs, aux)
+        codes = tuple(codes)
+        sig = _sig_by_key.get((op.id, attrs, codes)) or signature.intern(op, attrs, codes)
+        if op.uses_aux:
+            if aux.__class__ is BlockInt and self.tracing:
+                aux = aux.code          # resolved per call from the block's integer arguments
+            else:
+                aux = op.index(aux)
+                op.check_aux(sig, aux)
+        return Future(self, self._add(sig, ids, aux))
+
+    def record_ragged(self, op, fixed, args):
+        """One node of ragged `op` (ops.registry.Op.ragged) over args when they are values
+        of this scope of one type; otherwise `fixed`'s node, the op of that arity, which
+        checks the operands and names what does not fit."""
+        ids = []
+        for a in args:
+            if a.__class__ is not Future or a.scope is not self:
+                return self.record(fixed, args)
+            ids.append(a.id)
+        types = {self.graph.type[i] for i in ids}
+        if len(types) != 1 or not self.open:
+            return self.record(fixed, args)
+        sig = _sig_by_key.get((op.id, (), tuple(types))) or signature.intern(op, (), tuple(types))
+        return Future(self, self._add(sig, ids, -1))
+
+    def _add(self, sig, ids, aux):
+        g = self.graph
+        if g.origin is not None:
+            g.origin.append(_caller())
+        return g.add(sig.id, (sig.out_type,), ids, aux)
+
+    def record_program(self, program, ids, ints=()):
+        """One graph call for a whole traced block call (block granularity): a node per
+        output, the flush expanding the call into them.
+
+        ids: the operand node ids. Returns one Future, or a tuple with one per output. A
+        call with neither values nor integers gives its kernel nothing to size a batch by,
+        so its ops are recorded instead (as at op granularity).
+        """
+        if not ids and not ints:
+            return program.replay(self.record, self.constant, [])
+        g = self.graph
+        if ints:
+            program.check_ints(ints)
+            if len(ints) == 1:
+                aux = ints[0]
+            else:
+                aux = len(g.aux_flat)
+                g.aux_flat.extend(ints)
+        else:
+            aux = -1
+        if g.origin is not None:
+            g.origin.extend([_caller()] * len(program.out_types))
+        nid = g.add(program.sig.id, program.out_types, ids, aux)
+        return program.make_futures(self, nid)
+
+    def constant(self, value):
+        """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
+        if not self.open:
+            raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
+        from .eager import Tensor, refuse_held_values, trainable_source
+        refuse_held_values(value)
+        if isinstance(value, Tensor):
+            if self.tracing and value.sig.op.executed:
+                raise ScopeError(_CAPTURED)
+            source = trainable_source(value)
+            if source is not None:
+                raise ScopeError(f"an eager value computed from Parameter {source.name!r} was used in a batching "
+                                 f"scope, where it would be a constant and its gradient lost: compute it inside "
+                                 f"the scope, or pass value.asnumpy() to use it as a constant")
+            value = value.value[0]
+        elif isinstance(value, Future):
+            if value.scope is self:
+                raise ScopeError("a Future of this scope is already a recorded value: use it as it is "
+                                 "(hb.array/constant take data, such as a numpy array)")
+            raise ScopeError("a Future from another batching scope was used here")
+        value = backend.to_array(value)
+        sig = signature.intern(Input, (signature.type_id(value.shape, value.dtype),), ())
+        nid = self._add(sig, (), -1)
+        self.graph.constants[nid] = value
+        return Future(self, nid)
+
+    # -- flushing ---------------------------------------------------------------------
+    def forward(self):
+        """Schedule and run every pending node (the delta since the last flush)."""
+        self._check_usable()
+        start = self.flushed
+        if start == len(self.graph):
+            return
+        t0 = time.perf_counter()
+        plan = Plan(self.graph, start, self.policy, self.arenas, self.loc_arena, self.loc_row, self.is_const)
+        self.flushed = plan.stop
+        t1 = time.perf_counter()
+        self.plans.append(plan)
+        try:
+            run_forward(plan, self.arenas, backend.xp(), self.graph.origin)
+            if self.granularity == "auto":
+                choose_granularity(plan)
+        except BaseException as e:
+            self.failure = e
+            raise
+        finally:
+            t2 = time.perf_counter()
+            self._times["schedule"] += t1 - t0
+            self._times["execute"] += t2 - t1
+            if self.open:
+                self._times["busy_inside"] += t2 - t0
+
+    def value(self, nid):
+        """A copy of node nid's value, flushing first if it is still pending."""
+        self._check_usable()
+        if nid >= self.flushed:
+            self.forward()
+        return backend.to_numpy(self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]).copy()
+
+    def backward(self, nid):
+        """Gradients of scalar node nid into the Parameters it depends on."""
+        shape = signature.TYPES[self.graph.type[nid]][0]
+        if shape != ():
+            raise ValueError(f"backward() needs a scalar; this value has shape {shape}")
+        if nid >= self.flushed:
+            self.forward()
+        self._check_usable()
+        t0 = time.perf_counter()
+        run_backward(self.plans, self.arenas, nid, self.loc_arena.data, self.loc_row.data,
+                     self.flushed, backend.xp(), self.graph.origin)
+        spent = time.perf_counter() - t0
+        self._times["backward"] += spent
+        if self.open:
+            self._times["busy_inside"] += spent
+
+    def _check_usable(self):
+        """A tracing scope's inputs are placeholders with no values: flushing it would read
+        uninitialized memory."""
+        if self.tracing:
+            raise ScopeError("this value was recorded while a hybridized block's forward was traced: it is a "
+                             "placeholder with no value; return it from forward to read it")
+        if self.failure is not None:
+            raise ScopeError(f"this batching scope was abandoned by an exception "
+                             f"({type(self.failure).__name__}: {self.failure}); its values are not available")
+
+    # -- reporting --------------------------------------------------------------------
+    @property
+    def stats(self) -> Stats:
+        t = self._times
+        end = self._exited if self._exited is not None else time.perf_counter()
+        inside = (end - self._entered) if self._entered is not None else 0.0
+        return Stats(
+            nodes=sum(p.n_executed for p in self.plans),
+            batches=sum(p.n_batches for p in self.plans),
+            lower_bound=sum(p.lower_bound() for p in self.plans),
+            flushes=len(self.plans),
+            record_seconds=max(inside - t["busy_inside"], 0.0),
+            schedule_seconds=t["schedule"],
+            execute_seconds=t["execute"],
+            backward_seconds=t["backward"],
+            plan_cache_hits=sum(p.cache_hit for p in self.plans),
+        )
+
+
+def tracing():
+    """A fresh scope that records without executing, current until `end_tracing`. It keeps
+    each op's line, so check_numerics can point inside a traced block."""
+    scope = batching()
+    scope.graph.origin = []
+    scope.open = scope.tracing = True
+    scope._outer = current()
+    _local.scope = scope
+    return scope
+
+
+def end_tracing(scope):
+    _local.scope = scope._outer
+    scope.open = False
+
+
+def _caller():
+    """file:line of the first frame outside this package (where the user recorded the op)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__", "").startswith("hybridbatch."):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "<unknown>"

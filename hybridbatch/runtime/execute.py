@@ -1,0 +1,133 @@
+"""Running a Plan: gather operands, one batched kernel per batch, outputs into arena rows."""
+import numpy as np
+
+from ..errors import NumericsError
+from ..kernels import blas, scatter_add_columns, scatter_add_rows
+from ..ops import ColumnGrad
+from ..train.parameter import by_id
+from .plan import SLICE, TAKE
+from . import backend
+from ..record import signature
+
+
+def gather(plan, arenas, g):
+    """The operand array described by gather spec g: its g_size rows."""
+    a, s, size = plan.g_arena[g], plan.g_start[g], plan.g_size[g]
+    kind = plan.g_kind[g]
+    if kind == SLICE:
+        return arenas[a][s:s + size]
+    p = plan.g_off[g]
+    rows = plan.rows[p:p + size]
+    if kind == TAKE:
+        return arenas[a].take(rows, axis=0)
+    owners = plan.row_arena[p:p + size]
+    out = backend.xp().empty((size,) + arenas[a].shape[1:], arenas[a].dtype)
+    for owner in np.unique(owners):
+        mask = owners == owner
+        out[mask] = arenas[owner][rows[mask]]
+    return out
+
+
+def scatter_add(plan, grads, g, gx):
+    """Add gx (one row per gathered row of spec g, or a ColumnGrad of those rows) into the
+    gradient arenas behind gather spec g."""
+    a, s, size = plan.g_arena[g], plan.g_start[g], plan.g_size[g]
+    kind = plan.g_kind[g]
+    if kind == SLICE:
+        if gx.__class__ is ColumnGrad:
+            grads[a][s:s + size, gx.first:gx.first + gx.values.shape[1]] += gx.values
+        else:
+            grads[a][s:s + size] += gx
+        return
+    p = plan.g_off[g]
+    rows = plan.rows[p:p + size]
+    if kind == TAKE:
+        _scatter_rows(grads[a], rows, gx)
+        return
+    owners = plan.row_arena[p:p + size]
+    for owner in np.unique(owners):
+        mask = owners == owner
+        _scatter_rows(grads[owner], rows[mask], ColumnGrad(gx.first, gx.values[mask], gx.width)
+                      if gx.__class__ is ColumnGrad else gx[mask])
+
+
+def _scatter_rows(dst, rows, gx):
+    if gx.__class__ is ColumnGrad:
+        scatter_add_columns(dst, rows, gx.first, gx.values)
+    else:
+        scatter_add_rows(dst, rows, gx)
+
+
+def operands(plan, arenas, b, sig):
+    """Kernel operands of batch b: gathered values, or shared parameters as they are."""
+    xs = []
+    g = plan.g_ptr[b]
+    for pid in sig.params:
+        if pid is None:
+            xs.append(gather(plan, arenas, g))
+            g += 1
+        else:
+            xs.append(by_id(pid).data)
+    return xs
+
+
+def batch_aux(plan, b, op):
+    """The batch's integers: (B,) for one per node, (B, k) for ops taking k (block calls),
+    a ragged op's operand count per node."""
+    if op.ragged:
+        return plan.operand_counts(b)
+    if not op.uses_aux:
+        return None
+    aux = plan.aux[plan.batch_nodes(b)]
+    if op.aux_width == 1:
+        return aux
+    return plan.aux_flat[aux[:, None] + np.arange(op.aux_width)]
+
+
+def run_forward(plan, arenas, xp, origin=None):
+    """Execute every batch of the plan. With `origin` (check_numerics), verify outputs."""
+    with blas.packing():
+        _run_batches(plan, arenas, xp, origin)
+
+
+def _run_batches(plan, arenas, xp, origin):
+    sigs = signature.SIGS
+    for b, size in enumerate(plan.sizes):
+        sig = sigs[plan.batch_sig[b]]
+        op = sig.op
+        dsts = [arenas[a][s:s + size] for a, s in plan.outs[b]]
+        xs, aux = operands(plan, arenas, b, sig), batch_aux(plan, b, op)
+        y = op.forward(xp, sig, xs, aux, out=dsts) if op.writes_out else op.forward(xp, sig, xs, aux)
+        if op.saves:
+            y, plan.saved[b] = y
+        for yj, dst in zip(y if op.n_out > 1 else (y,), dsts):
+            if yj.shape != dst.shape:
+                raise AssertionError(f"kernel {op.name} returned {yj.shape}, expected {dst.shape}")
+            if origin is not None and not xp.isfinite(yj).all():   # check_numerics
+                row = first_bad_row(yj, xp)
+                raise_numerics(plan, b, sig, origin, "produced NaN/inf" + _inside(plan, arenas, b, sig, row, xp), row)
+            if yj is not dst:       # written in place by a writes_out op
+                dst[...] = yj
+
+
+def _inside(plan, arenas, b, sig, row, xp):
+    """For a block call's batch: where in the block's forward the bad row first went
+    NaN/inf (its steps rerun one by one on that row), as text for the error."""
+    program = getattr(sig.op, "program", None)
+    if program is None:
+        return ""
+    xs = [x[row:row + 1] for x in operands(plan, arenas, b, sig)]
+    aux = batch_aux(plan, b, sig.op)
+    found = program.first_nonfinite_step(xp, xs, None if aux is None else aux[row:row + 1])
+    return "" if found is None else f" (inside the block: first at {found[0]}, {found[1]})"
+
+
+def first_bad_row(rows, xp):
+    """Index of the first row (one per node of a batch) holding a NaN or inf."""
+    return int(np.flatnonzero(~np.asarray(xp.isfinite(rows).reshape(len(rows), -1).all(axis=1)))[0])
+
+
+def raise_numerics(plan, b, sig, origin, what, row=0):
+    """NumericsError naming node `row` of batch b and the line that recorded it."""
+    nid = plan.start + int(plan.batch_nodes(b)[row])
+    raise NumericsError(f"{sig.op.name} {what} in node {nid} ({sig.describe()}), recorded at {origin[nid]}")

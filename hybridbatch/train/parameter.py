@@ -1,0 +1,277 @@
+"""Trainable parameters and their initializers.
+
+A Parameter is shared by every instance in a batch: ops that take one get a shared-parameter
+signature (DyNet App. A), so all their calls batch into one kernel over the stacked instances.
+"""
+import itertools
+import math
+import operator
+import weakref
+
+import numpy as np
+
+from ..runtime import backend
+from ..errors import HybridBatchError
+from ..kernels.scatter import add_outer, scatter_add_rows
+
+_ids = itertools.count()
+GRAD_REQS = ("write", "null")
+_ASK = object()     # zero_grad: compute the rows to clear
+_live = weakref.WeakValueDictionary()
+
+
+def by_id(pid: int) -> "Parameter":
+    """The live Parameter with this id (signatures refer to parameters by id). A traced block
+    program refers to its parameters by id only, so one replaced after tracing may be gone."""
+    try:
+        return _live[pid]
+    except KeyError:
+        raise HybridBatchError(f"parameter #{pid} no longer exists but a traced block still uses it: was a "
+                               f"Parameter of a hybridized block replaced after its first call? Assign "
+                               f"parameters before the first call, or make a new block") from None
+
+
+def _fan(shape):
+    if len(shape) == 0:
+        return 1, 1
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    receptive = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    return shape[1] * receptive, shape[0] * receptive
+
+
+class Initializer:
+    """Callable (shape, dtype, rng) -> numpy array."""
+
+    def __call__(self, shape, dtype, rng):
+        raise NotImplementedError
+
+
+class Zeros(Initializer):
+    def __call__(self, shape, dtype, rng):
+        return np.zeros(shape, dtype)
+
+
+class Constant(Initializer):
+    def __init__(self, value):
+        self.value = value
+
+    def __call__(self, shape, dtype, rng):
+        return np.full(shape, self.value, dtype)
+
+
+class Uniform(Initializer):
+    def __init__(self, scale=0.07):
+        self.scale = scale
+
+    def __call__(self, shape, dtype, rng):
+        return rng.uniform(-self.scale, self.scale, shape).astype(dtype)
+
+
+class Normal(Initializer):
+    def __init__(self, sigma=0.01):
+        self.sigma = sigma
+
+    def __call__(self, shape, dtype, rng):
+        return (rng.standard_normal(shape) * self.sigma).astype(dtype)
+
+
+class Xavier(Initializer):
+    """Glorot uniform: U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out))."""
+
+    def __init__(self, gain=1.0):
+        self.gain = gain
+
+    def __call__(self, shape, dtype, rng):
+        fan_in, fan_out = _fan(shape)
+        a = self.gain * math.sqrt(6.0 / (fan_in + fan_out))
+        return rng.uniform(-a, a, shape).astype(dtype)
+
+
+_INITS = {"zeros": Zeros, "uniform": Uniform, "normal": Normal, "xavier": Xavier, "glorot": Xavier}
+
+
+def initializer(spec) -> Initializer:
+    """An Initializer from a name ("xavier", "zeros", ...), a number (constant) or an instance."""
+    if isinstance(spec, Initializer):
+        return spec
+    if isinstance(spec, (int, float)):
+        return Constant(spec)
+    try:
+        return _INITS[spec]()
+    except KeyError:
+        raise ValueError(f"unknown initializer {spec!r}; expected one of {sorted(_INITS)}") from None
+
+
+def _shape(name, shape):
+    """shape as a tuple of ints >= 0, or a TypeError/ValueError: int() would read 2.5 as 2."""
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"parameter {name!r}: shape {shape!r} must hold integers") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"parameter {name!r}: shape {shape!r} must hold integers >= 0")
+    return dims
+
+
+def cast_checked(value, dtype, xp=np):
+    """(value as a new array of dtype, None), or (None, why it cannot be): another kind (a
+    float into an integer parameter truncates, complex into float drops), a finite float
+    that overflows to inf, or an integer outside the integer dtype's range (astype wraps)."""
+    value = xp.asarray(value)
+    if not np.can_cast(value.dtype, dtype, casting="same_kind"):
+        return None, f"{value.dtype} values cannot become {dtype}"
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = xp.array(value, dtype=dtype, copy=True)
+    if dtype.kind == "f" and value.dtype.kind in "fiu" and (xp.isfinite(value) & ~xp.isfinite(cast)).any():
+        return None, f"holds values beyond {dtype}'s range"
+    if dtype.kind in "iu" and value.dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if ((value < info.min) | (value > info.max)).any():
+            return None, f"holds values beyond {dtype}'s range"
+    return cast, None
+
+
+class Parameter:
+    """A named trainable array with its gradient.
+
+    `data` keeps its shape for life (signatures that name this parameter assume it);
+    `grad` accumulates over backward calls until a Trainer step or `zero_grad()` clears it.
+    grad_req defaults to "write" for floating-point dtypes and "null" (no gradient) for
+    integers and bools, as a derivative there is not defined.
+
+    Row tracking: while every gradient added since the last zero came as rows (an embedding
+    lookup's), the parameter knows which rows are non-zero, so clearing and the update of
+    a 20k-word embedding touch only the rows a minibatch used. Any dense addition, and any
+    read of `.grad` from outside (the caller may write anywhere in it), turns tracking off
+    until the next zero_grad().
+    """
+
+    def __init__(self, name, shape, init="xavier", dtype=np.float32, rng=None, grad_req=None):
+        self.name = name
+        self.shape = _shape(name, shape)
+        self.dtype = np.dtype(dtype)
+        self.pid = next(_ids)
+        rng = rng if rng is not None else np.random.default_rng(self.pid)
+        value = initializer(init)(self.shape, self.dtype, rng)
+        if np.shape(value) != self.shape:       # a wrong shape would broadcast silently in ops
+            raise ValueError(f"parameter {name!r}: initializer {init!r} made shape {np.shape(value)}, "
+                             f"not {self.shape}")
+        self._data = backend.xp().asarray(value, dtype=self.dtype)
+        self._grad = backend.xp().zeros(self.shape, self.dtype)
+        self._grad_rows = []       # row-index arrays added since the last zero; None: dense
+        # validated by the property below; a parameter of integers or bools has no gradient
+        self.grad_req = grad_req if grad_req is not None else "write" if self.dtype.kind in "fc" else "null"
+        _live[self.pid] = self
+
+    @property
+    def grad_req(self):
+        """"write" (trained) or "null" (frozen: no gradient is kept, a Trainer skips it)."""
+        return self._grad_req
+
+    @grad_req.setter
+    def grad_req(self, value):
+        if value not in GRAD_REQS:      # a typo ("nul") would otherwise train the parameter
+            raise ValueError(f"parameter {self.name!r}: grad_req must be one of {GRAD_REQS}, not {value!r}")
+        if value != "null" and self.dtype.kind not in "fc":   # an update would fail casting into it
+            raise ValueError(f"parameter {self.name!r} holds {self.dtype}: only floating-point parameters "
+                             f"have gradients (grad_req must be 'null')")
+        if value == "null":             # a gradient kept from before would be applied after unfreezing
+            self.zero_grad()
+        self._grad_req = value
+
+    @property
+    def data(self):
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        cast, problem = cast_checked(value, self.dtype, backend.xp())   # a copy: never the caller's array
+        if problem is not None:
+            raise ValueError(f"parameter {self.name!r}: {problem}")
+        if cast.shape != self.shape:
+            raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set data of shape {cast.shape}")
+        self._data = cast
+
+    def set_data(self, value):
+        self.data = value
+
+    def __array__(self, dtype=None, copy=None):
+        """np.asarray(W): a copy of its numbers, as for a computed value (without it numpy
+        made an object array holding the Parameter)."""
+        return np.array(backend.to_numpy(self._data), dtype=dtype, copy=True)
+
+    @property
+    def grad(self):
+        self._grad_rows = None
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):       # `p.grad *= s` assigns the same array back
+        if value is not self._grad:
+            value = backend.xp().asarray(value, dtype=self.dtype)
+            if value.shape != self.shape:
+                raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set a gradient "
+                                 f"of shape {value.shape}")
+            self._grad[...] = value
+        self._grad_rows = None
+
+    def peek_grad(self):
+        """grad for reading only: row tracking stays on."""
+        return self._grad
+
+    def add_grad(self, g):
+        """grad += g (dense)."""
+        self._grad += g
+        self._grad_rows = None
+
+    def add_grad_rows(self, rows, values):
+        """grad[rows[k]] += values[k], rows may repeat."""
+        scatter_add_rows(self._grad, rows, values)
+        if self._grad_rows is not None:
+            self._grad_rows.append(rows)
+            if len(self._grad_rows) > 32:     # many backward calls without a step: compact
+                merged = self.grad_rows()
+                # past half the table, the dense update is as cheap: stop tracking
+                self._grad_rows = [merged] if 2 * len(merged) < self.shape[0] else None
+
+    def add_grad_outer(self, left, right):
+        """grad += left^T @ right (add_outer: a loop for few rows, a GEMM into grad for many)."""
+        add_outer(self._grad, left, right)
+        self._grad_rows = None
+
+    def grad_rows(self):
+        """The sorted rows where grad may be non-zero, or None when that is not known."""
+        rows = self._grad_rows
+        if rows is None:
+            return None
+        xp = backend.xp()
+        if not rows:
+            return xp.zeros(0, np.int64)
+        # sorting and dropping repeats: xp.unique's hashing costs ~7x more on a minibatch's rows
+        rows = xp.sort(xp.concatenate([xp.asarray(r).ravel() for r in rows]))
+        first = xp.ones(len(rows), bool)
+        first[1:] = rows[1:] != rows[:-1]
+        return rows[first]
+
+    def zero_grad(self, rows=_ASK):
+        """Clear grad. rows: what grad_rows() just returned, when the caller has it."""
+        if rows is _ASK:
+            rows = self.grad_rows()
+        if rows is None:
+            self._grad[...] = 0
+        elif len(rows):
+            self._grad[rows] = 0
+        self.grad_zeroed()
+
+    def grad_zeroed(self):
+        """Restart row tracking once grad was zeroed wherever grad_rows() said: by zero_grad,
+        or by an update that clears the gradient in the pass that reads it."""
+        self._grad_rows = []
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"Parameter({self.name!r}, shape={self.shape}, dtype={self.dtype.name})"
