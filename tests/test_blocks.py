@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import hybridbatch as hb
 from hybridbatch import nn
-from test_review_ops import recorded
+from test_op_edge_cases import recorded
 
 
 class Highway(hb.HybridBlock):

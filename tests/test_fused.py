@@ -16,7 +16,7 @@ from hybridbatch.kernels.fused import FusedRun
 from hybridbatch.kernels.vector_width import WIDE_VECTORS
 from hybridbatch.hybrid.trace import FUSION
 from test_blocks import _LogOfRelu
-from test_review_ops import recorded
+from test_op_edge_cases import recorded
 
 
 @contextmanager
