@@ -8,27 +8,11 @@ import hybridbatch as hb
 from hybridbatch_workloads.data import Vocab, synthetic_sst
 from hybridbatch.kernels import blas
 from hybridbatch_workloads.models import TreeLSTMSentiment
-
-needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded: not installed (pip install 'hybridbatch[mkl]') or HYBRIDBATCH_BLAS=numpy")
-
-
-@pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl), pytest.param("auto", marks=needs_mkl)])
-def library(request):
-    before = blas.name()
-    blas.use(request.param)
-    yield request.param
-    blas.use(before)
+from helpers import needs_mkl, transposed_operands
 
 
 def _tol(dtype):
     return dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
-
-
-def transposed_operands(rng, dtype, ta, tb, m, k, n):
-    """a (m, k) and b (k, n) of random values, each a transposed view where ta / tb asks."""
-    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
-    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
-    return (a.T if ta else a), (b.T if tb else b)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import hybridbatch as hb
 from hybridbatch import nn
-from test_op_edge_cases import recorded
+from helpers import _LogOfRelu, recorded
 
 
 class Highway(hb.HybridBlock):
@@ -492,18 +492,6 @@ def _assert_gradients_like_eager(blocks, loss, fused=True):
     for mode in ("op", "block"):
         for got, want in zip(grads[mode], grads["eager"]):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
-
-
-class _LogOfRelu(hb.HybridBlock):
-    """A second output with an infinite local derivative where relu gives 0."""
-
-    def __init__(self):
-        super().__init__()
-        self.W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(1))
-        self.U = hb.Parameter("U", (3, 3), rng=np.random.default_rng(2))
-
-    def forward(self, x):
-        return hb.tanh(self.W @ x), hb.log(hb.relu(self.U @ x))
 
 
 class _OneRunTwoOutputs(_LogOfRelu):

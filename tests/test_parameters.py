@@ -5,7 +5,7 @@ import pytest
 
 import hybridbatch as hb
 from hybridbatch.train.optim import Trainer
-from test_op_edge_cases import recorded
+from helpers import recorded
 
 
 def test_a_bool_is_not_a_lookup_row():

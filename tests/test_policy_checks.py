@@ -11,9 +11,7 @@ from hybridbatch.kernels import blas
 from hybridbatch.schedule import agenda
 from hybridbatch.schedule.check import checked
 from hybridbatch.schedule.fsm import FSMPolicy
-from test_scheduling import make_view
-
-from test_blas import library  # noqa: F401  (the fixture: each test on numpy and on MKL)
+from graphs import make_view
 
 
 def test_products_of_mismatched_shapes_raise_as_numpy_does(library):
