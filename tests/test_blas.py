@@ -36,6 +36,19 @@ def test_gemm_falls_back_for_what_mkl_does_not_take(library):
     assert blas.gemm(np.zeros((3, 0), np.float32), np.zeros((0, 2), np.float32)).tolist() == [[0, 0]] * 3
 
 
+def test_products_of_mismatched_shapes_raise_as_numpy_does(library):
+    """MKL was handed (3, 5) @ (4, 2) as is: it read past b and returned garbage."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    with pytest.raises(ValueError):
+        blas.gemm(a, b)
+    x, w = rng.standard_normal((5, 90)).astype(np.float32), rng.standard_normal((100, 80)).astype(np.float32)
+    with blas.packing():
+        for _ in range(3):      # plain, then packing, then the pack
+            with pytest.raises(ValueError):
+                blas.shared_product(x, w)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_packed_products_match_for_every_batch_size(library, dtype):
     """One weight reused across many batch sizes in one scope, as a tree's levels do."""
