@@ -1,7 +1,11 @@
 """Helpers shared by the test modules (fixtures are in conftest.py, graphs for the scheduling
 tests in graphs.py): running a function eagerly and at each granularity, the MKL marker and
-operands for host products, the fusion switch, and a block whose second output has an infinite
-derivative."""
+operands for host products, the fusion switch, a block whose second output has an infinite
+derivative, and the example scripts run as a user runs them."""
+import os
+import pathlib
+import subprocess
+import sys
 from contextlib import contextmanager
 
 import numpy as np
@@ -109,3 +113,16 @@ class _LogOfRelu(hb.HybridBlock):
 
     def forward(self, x):
         return hb.tanh(self.W @ x), hb.log(hb.relu(self.U @ x))
+
+
+# ---------------------------------------------------------------------------------------
+# Example scripts
+# ---------------------------------------------------------------------------------------
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(script, *args):
+    """examples/<script> run with these arguments as a user runs it: without this run's PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
+                          env=env, timeout=300)
