@@ -8,7 +8,7 @@ import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.errors import NumericsError
 from hybridbatch.kernels import softmax
-from test_fused import fusion
+from helpers import fusion
 
 FOLDED = "affine_pick_neg_log_softmax"
 

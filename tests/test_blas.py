@@ -8,27 +8,11 @@ import hybridbatch as hb
 from hybridbatch_workloads.data import Vocab, synthetic_sst
 from hybridbatch.kernels import blas
 from hybridbatch_workloads.models import TreeLSTMSentiment
-
-needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded: not installed (pip install 'hybridbatch[mkl]') or HYBRIDBATCH_BLAS=numpy")
-
-
-@pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl), pytest.param("auto", marks=needs_mkl)])
-def library(request):
-    before = blas.name()
-    blas.use(request.param)
-    yield request.param
-    blas.use(before)
+from helpers import needs_mkl, transposed_operands
 
 
 def _tol(dtype):
     return dict(rtol=1e-4, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-11)
-
-
-def transposed_operands(rng, dtype, ta, tb, m, k, n):
-    """a (m, k) and b (k, n) of random values, each a transposed view where ta / tb asks."""
-    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
-    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
-    return (a.T if ta else a), (b.T if tb else b)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -50,6 +34,19 @@ def test_gemm_falls_back_for_what_mkl_does_not_take(library):
     empty = np.zeros((0, 4), np.float32)
     assert blas.gemm(empty, b).shape == (0, 2)
     assert blas.gemm(np.zeros((3, 0), np.float32), np.zeros((0, 2), np.float32)).tolist() == [[0, 0]] * 3
+
+
+def test_products_of_mismatched_shapes_raise_as_numpy_does(library):
+    """MKL was handed (3, 5) @ (4, 2) as is: it read past b and returned garbage."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+    with pytest.raises(ValueError):
+        blas.gemm(a, b)
+    x, w = rng.standard_normal((5, 90)).astype(np.float32), rng.standard_normal((100, 80)).astype(np.float32)
+    with blas.packing():
+        for _ in range(3):      # plain, then packing, then the pack
+            with pytest.raises(ValueError):
+                blas.shared_product(x, w)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

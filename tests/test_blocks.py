@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 import hybridbatch as hb
 from hybridbatch import nn
-from test_review_ops import recorded
+from helpers import _LogOfRelu, recorded
 
 
 class Highway(hb.HybridBlock):
@@ -494,18 +494,6 @@ def _assert_gradients_like_eager(blocks, loss, fused=True):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=mode)
 
 
-class _LogOfRelu(hb.HybridBlock):
-    """A second output with an infinite local derivative where relu gives 0."""
-
-    def __init__(self):
-        super().__init__()
-        self.W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(1))
-        self.U = hb.Parameter("U", (3, 3), rng=np.random.default_rng(2))
-
-    def forward(self, x):
-        return hb.tanh(self.W @ x), hb.log(hb.relu(self.U @ x))
-
-
 class _OneRunTwoOutputs(_LogOfRelu):
     """Both outputs made by one fused elementwise run (tanh sigmoid mul relu log)."""
 
@@ -518,9 +506,9 @@ class _OneRunTwoOutputs(_LogOfRelu):
 @pytest.mark.parametrize("read_second", [(), (1,), (1, 2)])
 @pytest.mark.parametrize("block_cls", [_LogOfRelu, _OneRunTwoOutputs])
 def test_an_output_a_call_does_not_read_puts_no_nan_into_gradients(block_cls, fused, read_second):
-    """Differentiated with a zero gradient, its log's inf derivative at 0 made 0 * inf = NaN
-    in U's gradient (found by a review helper). read_second: the calls whose second output
-    the loss reads too; call 0's holds -inf and is never read."""
+    """An output the loss does not read is not differentiated: with a zero gradient, its log's
+    inf derivative at 0 would make 0 * inf = NaN in U's gradient. read_second: the calls whose
+    second output the loss reads too; call 0's holds -inf and is never read."""
     block = block_cls()
     xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.0, 0.0], [-1.0, -1.0, -1.0])]
     positive = [bool((block.U.data @ x > 0).all()) for x in xs]
@@ -581,9 +569,9 @@ class _SinWithoutGradient(_LogOfRelu):
 @pytest.mark.parametrize("producer_cls", [_LogOfRelu, _SinWithoutGradient])
 @pytest.mark.parametrize("consumer_cls", [_PassesOn, _Ignores])
 def test_an_output_only_an_unread_path_of_another_block_uses_is_not_differentiated(producer_cls, consumer_cls):
-    """Backward marked every input of a block call, even one that only its unread outputs
-    (or none) use: the producer's output was differentiated with a zero gradient, giving
-    0 * inf = NaN, or a py_func without grad_fn raised (found by a review helper)."""
+    """Backward marks only the inputs of a block call that its read outputs use: a producer's
+    output that only unread outputs (or none) use is not differentiated with a zero gradient,
+    which would give 0 * inf = NaN, or make a py_func without grad_fn raise."""
     producer, consumer = producer_cls(), consumer_cls()
     xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.0, 0.0], [0.3, 0.2, -0.1])]
 
@@ -604,8 +592,9 @@ class _RunWithAnUnreadOutput(_LogOfRelu):
 
 @pytest.mark.parametrize("fused", [True, False])
 def test_a_fused_run_gives_no_gradient_to_an_input_only_unread_outputs_use(fused):
-    """Its kernel for the read outputs wrote a zero gradient for r, whose log(relu) was then
-    differentiated with it: 0 * inf = NaN in U's gradient (found by a review helper)."""
+    """The run's kernel for the read outputs writes no gradient for r, which only the unread
+    output uses: r's log(relu) differentiated with a zero gradient would put 0 * inf = NaN
+    into U's gradient."""
     block = _RunWithAnUnreadOutput()
     xs = [np.array(x, np.float32) for x in ([1.0, -2.0, 0.5], [-1.0, 0.0, 0.3], [0.3, 0.2, -0.1])]
     _assert_gradients_like_eager([block], lambda: hb.add_n([hb.sum(block(x)[0]) for x in xs]), fused)
@@ -617,9 +606,9 @@ class _SquaresItsData(_LogOfRelu):
 
 
 def test_a_py_func_on_data_alone_is_not_differentiated():
-    """Eager never differentiates it (no Parameter lies behind x); block granularity raised
-    "py_func square has no grad_fn" when the call's other output reached the loss (found
-    by a review helper)."""
+    """Eager never differentiates it (no Parameter lies behind x), and neither does block
+    granularity when the call's other output reaches the loss: no "py_func square has no
+    grad_fn"."""
     block = _SquaresItsData()
     x, h = np.array([0.5, -1.0, 2.0], np.float32), np.ones(3, np.float32)
 

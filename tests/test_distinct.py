@@ -63,7 +63,7 @@ def _run(mode, reached=None, shared=True, fused=True, words=WORDS):
     return loss.item(), hs, [p.grad.copy() for p in params]
 
 
-def _same(a, b):
+def _assert_same(a, b):
     assert a[0] == pytest.approx(b[0], rel=1e-5)
     np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
     for ga, gb in zip(a[2], b[2]):
@@ -89,16 +89,16 @@ def splits(monkeypatch):
 def test_shared_rows_give_the_per_row_values_and_gradients(splits, fused):
     shared = _run("block", fused=fused)
     assert splits == [(5, 48)]
-    _same(shared, _run("block", shared=False, fused=fused))
-    _same(shared, _run("eager"))
+    _assert_same(shared, _run("block", shared=False, fused=fused))
+    _assert_same(shared, _run("eager"))
 
 
 def test_backward_reaching_some_calls_keeps_only_their_keys(splits):
     reached = [0, 1, 2, 5, 6]      # words 3 and 1 only: the other keys get no gradient
     shared = _run("block", reached)
     assert splits == [(5, 48)]
-    _same(shared, _run("block", reached, shared=False))
-    _same(shared, _run("eager", reached))
+    _assert_same(shared, _run("block", reached, shared=False))
+    _assert_same(shared, _run("eager", reached))
     emb_grad = shared[2][0]
     assert np.abs(emb_grad[[3, 1]]).min() > 0 and not emb_grad[[0, 7, 9]].any()
 
@@ -163,7 +163,7 @@ def test_random_keys_and_reached_calls_match_every_row_run(data):
     n = data.draw(st.integers(1, 40), label="calls")
     words = data.draw(st.lists(st.integers(0, 9), min_size=n, max_size=n), label="words")
     reached = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True), label="reached")
-    _same(_run("block", reached, words=words), _run("block", reached, shared=False, words=words))
+    _assert_same(_run("block", reached, words=words), _run("block", reached, shared=False, words=words))
 
 
 class Reciprocal(hb.HybridBlock):

@@ -1,22 +1,11 @@
 """The example scripts run end to end on their built-in synthetic data (tiny sizes), in
 either mode, with any policy by name or a saved learned policy, and reject a bad --policy."""
-import os
-import pathlib
-import subprocess
-import sys
-
 import pytest
 
 import hybridbatch as hb
+from helpers import run_example
 
-EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 TINY = ["--limit", "16", "--hidden", "16", "--batch", "8"]
-
-
-def run_example(script, *args):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                          env=env, timeout=300)
 
 
 @pytest.mark.parametrize("script, args", [

@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -15,18 +14,7 @@ from hybridbatch.kernels import fused, vector_width
 from hybridbatch.kernels.fused import FusedRun
 from hybridbatch.kernels.vector_width import WIDE_VECTORS
 from hybridbatch.hybrid.trace import FUSION
-from test_blocks import _LogOfRelu
-from test_review_ops import recorded
-
-
-@contextmanager
-def fusion(enabled):
-    before = FUSION["enabled"]
-    hb.set_fusion(enabled)
-    try:
-        yield
-    finally:
-        hb.set_fusion(before)
+from helpers import _LogOfRelu, fusion, recorded
 
 
 def _tree_lstm_step(fused, hidden=6):

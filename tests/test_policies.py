@@ -22,43 +22,23 @@ from hypothesis import HealthCheck, given, settings
 
 import hybridbatch as hb
 from hybridbatch.record import signature
-from hybridbatch.schedule import POLICIES, GraphView, agenda, get_policy, lower_bound
+from hybridbatch.schedule import POLICIES, agenda, get_policy, lower_bound
 from hybridbatch.schedule.frontier import critical_path, greedy_frontier
 from hybridbatch.schedule.fsm import FSMPolicy
 from hybridbatch.schedule.learn import learn_views
 from hybridbatch.schedule.offline.bounds import grouped_bound, path_bound, tight_lower_bound
 from hybridbatch.schedule.offline.search import rollout_search
-from test_scheduling import (LABELS, XS, chain, chain_loss, check_schedule, graph_views, make_view,
-                             run_chains)
+from graphs import (LABELS, XS, build, chain, chain_loss, check_schedule, graph_views, make_view, n_batches,
+                    optimum, run_chains)
 
 ENCODINGS = ("base", "max", "sort", "phase")
 H = 8
-
-
-def n_batches(policy, view):
-    return check_schedule(view, *policy(view))
 
 
 def named(view):
     """The view with a stable key per signature (hand-made views have none)."""
     view.sig_keys = tuple(f"t{s}" for s in range(view.n_sigs))
     return view
-
-
-def build(nodes):
-    """A named GraphView from [(type name, [operand ids]), ...] in topological order, every
-    node executed; operand -1 is a value from an earlier flush."""
-    names = sorted({t for t, _ in nodes})
-    index = {t: i for i, t in enumerate(names)}
-    sig = np.array([index[t] for t, _ in nodes], np.int64)
-    arg_ptr = np.cumsum([0] + [len(ops) for _, ops in nodes]).astype(np.int64)
-    args = np.array([u for _, ops in nodes for u in ops], np.int64)
-    depth = np.zeros(len(nodes), np.int64)
-    for v, (_, ops) in enumerate(nodes):
-        depth[v] = 1 + max([int(depth[u]) for u in ops if u >= 0], default=0)
-    n_sigs = len(names)
-    return GraphView(sig, depth, arg_ptr, args, np.ones(len(nodes), np.bool_), np.zeros(n_sigs, np.bool_),
-                     np.zeros(n_sigs, np.int64), tuple(names))
 
 
 # ---------------------------------------------------------------------------------------
@@ -553,42 +533,6 @@ def test_grouped_bound_sees_interleavings_beside_an_output_chain():
     assert lower_bound(view) == 8
     assert grouped_bound(view) == tight_lower_bound(view) == optimum(view) == 9
     assert path_bound(view) < 9
-
-
-def optimum(view):
-    """Fewest batches by breadth-first search over executed sets (tiny graphs): each step
-    runs every ready node of one batchable type, or one ready unbatchable node."""
-    n = len(view.sig)
-    ex = [v for v in range(n) if view.executable[v]]
-    pos = {v: i for i, v in enumerate(ex)}
-    deps = []
-    for v in ex:
-        d = 0
-        for e in range(view.arg_ptr[v], view.arg_ptr[v + 1]):
-            stack = [int(view.args[e])]
-            while stack:                  # operands that are not executed pass their own on
-                u = stack.pop()
-                if u < 0:
-                    continue
-                if view.executable[u]:
-                    d |= 1 << pos[u]
-                else:
-                    stack += [int(view.args[k]) for k in range(view.arg_ptr[u], view.arg_ptr[u + 1])]
-        deps.append(d)
-    full, frontier, seen, steps = (1 << len(ex)) - 1, {0}, {0}, 0
-    while full not in frontier:
-        nxt = set()
-        for done in frontier:
-            ready = [i for i in range(len(ex)) if not done >> i & 1 and deps[i] & done == deps[i]]
-            for s in {int(view.sig[ex[i]]) for i in ready}:
-                group = [i for i in ready if view.sig[ex[i]] == s]
-                for batch in ([[i] for i in group] if view.unbatchable[s] else [group]):
-                    state = done | sum(1 << i for i in batch)
-                    if state not in seen:
-                        seen.add(state)
-                        nxt.add(state)
-        frontier, steps = nxt, steps + 1
-    return steps
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

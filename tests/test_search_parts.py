@@ -16,13 +16,7 @@ from hybridbatch.schedule import POLICIES, lower_bound
 from hybridbatch.schedule.offline.automata import core_and_tail, merged_core, part_bound
 from hybridbatch.schedule.offline.bounds import path_bound, tight_lower_bound
 from hybridbatch.schedule.offline.search import _beam, rollout_search
-from test_policies import build, n_batches, optimum
-from test_scheduling import chain, graph_views
-
-
-def rotations():
-    """Chains abc, bca, cab: any two fit in 4 batches (abca), all three need 5 (abcab)."""
-    return build(chain(list("abc")) + chain(list("bca"), start=3) + chain(list("cab"), start=6))
+from graphs import build, graph_views, n_batches, optimum, rotations
 
 
 def test_parts_bound_sees_three_clashing_chains():

@@ -101,8 +101,8 @@ def test_adagrad_matches_reference():
 
 @pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
 def test_a_float16_parameter_updates_like_float32_rounded(optimizer):
-    """In float16, epsilon vanished next to the denominator and (1 - beta2) g**2 underflowed
-    to 0: a zero or tiny gradient gave NaN or -inf (found by a review helper)."""
+    """A zero or tiny gradient updates a float16 parameter to finite values: epsilon must not
+    vanish next to the denominator, nor (1 - beta2) g**2 underflow to 0 (NaN or -inf)."""
     g = np.array([0.5, 0.0, 1e-3, -0.5])
     ps = {dt: hb.Parameter(f"p{np.dtype(dt).name}", (4,), init=1.0, dtype=dt) for dt in (np.float16, np.float32)}
     trainer = hb.Trainer(list(ps.values()), optimizer, {"learning_rate": 0.01})

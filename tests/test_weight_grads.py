@@ -7,7 +7,7 @@ import hybridbatch as hb
 from hybridbatch.runtime.autograd import accumulate_param, one_gemm_per_weight
 from hybridbatch.kernels import blas
 from hybridbatch.ops import OuterGrad
-from test_blas import library, needs_mkl, transposed_operands  # noqa: F401  (library: a fixture)
+from helpers import transposed_operands
 
 DEPTHS = (1, 3, 2, 5, 4, 5, 1, 3)      # chain lengths: each level is one batch, one OuterGrad
 

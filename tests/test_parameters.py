@@ -1,11 +1,11 @@
-"""Parameters and their files: integers where integers are meant, and loads that cannot
-change a value silently."""
+"""Parameters, ParameterDict and their files: integers where integers are meant, and loads and
+assignments that cannot change a value silently."""
 import numpy as np
 import pytest
 
 import hybridbatch as hb
 from hybridbatch.train.optim import Trainer
-from test_review_ops import recorded
+from helpers import recorded
 
 
 def test_a_bool_is_not_a_lookup_row():
@@ -58,6 +58,29 @@ def test_loading_refuses_integers_the_dtype_cannot_hold(tmp_path, dtype, bad):
     np.savez(tmp_path / "ok.npz", P=np.array([7, 1], bad.dtype))     # fits: cast
     params.load(tmp_path / "ok.npz")
     assert P.data.dtype == dtype and P.data.tolist() == [7, 1]
+
+
+def test_scalar_parameter_survives_parameter_dict_save_and_load(tmp_path):
+    pd = hb.ParameterDict()
+    scale = pd.get("scale", (), init=2.5)
+    pd.get("W", (2, 3), init="normal")
+    path = tmp_path / "p.npz"
+    pd.save(path)
+    with np.load(path) as f:
+        assert f["scale"].shape == ()
+    scale.data = np.float32(0.0)
+    pd.load(path)
+    assert scale.data.shape == () and float(scale.data) == 2.5
+
+
+def test_parameter_dict_get_returns_a_float64_parameter_when_no_dtype_is_asked():
+    """get(name) compared the existing dtype with the default float32 nobody asked for."""
+    pd = hb.ParameterDict()
+    W = pd.get("W", (2, 3), dtype=np.float64)
+    assert pd.get("W") is W and pd.get("W", (2, 3)) is W and pd.get("W", dtype=np.float64) is W
+    assert pd.get("b", (3,)).dtype == np.float32          # the creation default is unchanged
+    with pytest.raises(ValueError, match="dtype"):
+        pd.get("W", dtype=np.float32)
 
 
 class _Tied(hb.Block):

@@ -16,9 +16,7 @@ from hybridbatch.schedule import POLICIES, lower_bound
 from hybridbatch.schedule.offline import automata
 from hybridbatch.schedule.offline.automata import _automata, _merge, core_and_tail, merged_core, part_bound
 from hybridbatch.schedule.offline.bounds import grouped_bound, path_bound, tight_lower_bound
-from test_policies import build, n_batches, optimum
-from test_search_parts import rotations
-from test_scheduling import INPUT, chain, graph_views, make_view
+from graphs import INPUT, build, chain, graph_views, make_view, n_batches, optimum, rotations
 
 UB = 5            # the unbatchable signature of the views below
 TYPES = [1, 2, 3, 1, 2, 3, 4, UB]     # few types, so that they feed each other (a core)

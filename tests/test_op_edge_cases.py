@@ -4,47 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-
-MODES = ("eager", "op", "block")
-
-
-class _Fn(hb.HybridBlock):
-    """A hybridized block whose forward is `fn`, so block granularity records one node per call."""
-
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-        self.hybridize()
-
-    def forward(self, *args):
-        return self.fn(*args)
-
-
-def recorded(mode, build):
-    """build() eagerly (mode "eager") or inside a batching scope of that granularity."""
-    if mode == "eager":
-        return build()
-    with hb.batching(granularity=mode):
-        return build()
-
-
-def _values(fn, instances, mode):
-    """fn over every instance (a tuple of arrays) in one mode, as numpy arrays."""
-    if mode == "eager":
-        return [fn(*[hb.array(a) for a in inst]).asnumpy() for inst in instances]
-    block = _Fn(fn)
-    with hb.batching(granularity=mode):
-        outs = [block(*inst) for inst in instances]
-    return [o.asnumpy() for o in outs]
-
-
-def _assert_like_numpy(fn, ref, instances):
-    """Every mode gives numpy's value and dtype per instance."""
-    for mode in MODES:
-        for inst, got in zip(instances, _values(fn, instances, mode)):
-            want = np.asarray(ref(*inst))
-            assert got.dtype == want.dtype, (mode, got.dtype, want.dtype)
-            np.testing.assert_array_equal(got, want, err_msg=mode)
+from helpers import BOOLS, MODES, _Fn, _assert_like_numpy, _raises_at_the_call, _values
 
 
 @pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.int32, np.uint8])
@@ -52,22 +12,6 @@ def _assert_like_numpy(fn, ref, instances):
 def test_sum_of_small_integers_and_bools_promotes_like_numpy(dtype, axis):
     instances = [(np.array([100, 100, 0]).astype(dtype),), (np.array([2 ** 31 - 1, 2 ** 31 - 1, 7]).astype(dtype),)]
     _assert_like_numpy(lambda x: hb.sum(x, axis=axis), lambda x: np.sum(x, axis=axis), instances)
-
-
-def _raises_at_the_call(fn, instance, error=hb.ShapeError, match=None):
-    """fn raises `error` where it is called, in every mode (not later, at a flush)."""
-    for mode in MODES:
-        if mode == "eager":
-            with pytest.raises(error, match=match):
-                fn(*[hb.array(a) for a in instance])
-            continue
-        block = _Fn(fn)
-        with hb.batching(granularity=mode):
-            with pytest.raises(error, match=match):
-                block(*instance)
-
-
-BOOLS = (np.array([True, False, True]),)
 
 
 @pytest.mark.parametrize("fn", [lambda x: -x, lambda x: x + 1, lambda x: 2 * x, lambda x: 1 - x, lambda x: x - x],

@@ -15,14 +15,14 @@ from hybridbatch_workloads.data import DataFormatError, Tree
 from hybridbatch_workloads.data.lattice import (LatticeWord, WEIBO_TAGS, match_lexicon, read_char_ner, read_lattices, read_lexicon, synthetic_lattices)
 from hybridbatch_workloads.data.synthetic_nmt import synthetic_nmt
 
-NEW = ("W4-TREEGRU", "W4-2TYPE", "W4-MVRNN", "W5", "W6")
+W4_TO_W6 = ("W4-TREEGRU", "W4-2TYPE", "W4-MVRNN", "W5", "W6")
 
 
 def _tiny(name, **extra):
     return make_workload(name, hidden=16, synthetic_train=5, synthetic_dev=2, **extra)
 
 
-@pytest.fixture(scope="module", params=NEW)
+@pytest.fixture(scope="module", params=W4_TO_W6)
 def workload(request):
     wl = _tiny(request.param)
     wl.hybridize()
@@ -188,12 +188,12 @@ def test_reference_sizes_scale_with_hidden():
 
 
 def test_registry_names_and_granularity():
-    for name in NEW:
+    for name in W4_TO_W6:
         assert name in WORKLOADS and DEFAULT_GRANULARITY[name] == "block"
     assert type(make_workload("w4-treegru", hidden=8, synthetic_train=2, synthetic_dev=1)) is W4TreeGRU
 
 
-@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("name", W4_TO_W6)
 def test_harness_runs_and_checks_each_workload(name):
     res = run_benchmark(Config(workload=name.lower(), hidden=8, batch=3, instances=6, warmup=3, repeats=1,
                                eager_instances=3, eager_warmup=1, gemm_repeats=1,

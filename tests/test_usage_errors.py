@@ -2,19 +2,10 @@
 given odd flags or odd files answer with a usage error or a one-line message, never a
 traceback or a silently wrong result."""
 import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
-EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
-
-
-def run_example(script, *args):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+from helpers import run_example
 
 
 # ---------------------------------------------------------------------------------------------

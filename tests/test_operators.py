@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from test_review_ops import BOOLS, MODES, _assert_like_numpy, _raises_at_the_call, _values
+from helpers import BOOLS, MODES, _assert_like_numpy, _raises_at_the_call, _values
 
 
 def _handles():

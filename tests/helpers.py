@@ -1,0 +1,128 @@
+"""Helpers shared by the test modules (fixtures are in conftest.py, graphs for the scheduling
+tests in graphs.py): running a function eagerly and at each granularity, the MKL marker and
+operands for host products, the fusion switch, a block whose second output has an infinite
+derivative, and the example scripts run as a user runs them."""
+import os
+import pathlib
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+from hybridbatch.hybrid.trace import FUSION
+from hybridbatch.kernels import blas
+
+# ---------------------------------------------------------------------------------------
+# One function eagerly and recorded at op and block granularity, compared with numpy
+# ---------------------------------------------------------------------------------------
+MODES = ("eager", "op", "block")
+
+
+class _Fn(hb.HybridBlock):
+    """A hybridized block whose forward is `fn`, so block granularity records one node per call."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+        self.hybridize()
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def recorded(mode, build):
+    """build() eagerly (mode "eager") or inside a batching scope of that granularity."""
+    if mode == "eager":
+        return build()
+    with hb.batching(granularity=mode):
+        return build()
+
+
+def _values(fn, instances, mode):
+    """fn over every instance (a tuple of arrays) in one mode, as numpy arrays."""
+    if mode == "eager":
+        return [fn(*[hb.array(a) for a in inst]).asnumpy() for inst in instances]
+    block = _Fn(fn)
+    with hb.batching(granularity=mode):
+        outs = [block(*inst) for inst in instances]
+    return [o.asnumpy() for o in outs]
+
+
+def _assert_like_numpy(fn, ref, instances):
+    """Every mode gives numpy's value and dtype per instance."""
+    for mode in MODES:
+        for inst, got in zip(instances, _values(fn, instances, mode)):
+            want = np.asarray(ref(*inst))
+            assert got.dtype == want.dtype, (mode, got.dtype, want.dtype)
+            np.testing.assert_array_equal(got, want, err_msg=mode)
+
+
+def _raises_at_the_call(fn, instance, error=hb.ShapeError, match=None):
+    """fn raises `error` where it is called, in every mode (not later, at a flush)."""
+    for mode in MODES:
+        if mode == "eager":
+            with pytest.raises(error, match=match):
+                fn(*[hb.array(a) for a in instance])
+            continue
+        block = _Fn(fn)
+        with hb.batching(granularity=mode):
+            with pytest.raises(error, match=match):
+                block(*instance)
+
+
+BOOLS = (np.array([True, False, True]),)
+
+
+# ---------------------------------------------------------------------------------------
+# Host products (kernels/blas.py)
+# ---------------------------------------------------------------------------------------
+needs_mkl = pytest.mark.skipif(not blas.available(), reason="MKL is not loaded: not installed (pip install 'hybridbatch[mkl]') or HYBRIDBATCH_BLAS=numpy")
+
+
+def transposed_operands(rng, dtype, ta, tb, m, k, n):
+    """a (m, k) and b (k, n) of random values, each a transposed view where ta / tb asks."""
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+    return (a.T if ta else a), (b.T if tb else b)
+
+
+# ---------------------------------------------------------------------------------------
+# Blocks and switches
+# ---------------------------------------------------------------------------------------
+@contextmanager
+def fusion(enabled):
+    """Fused elementwise kernels on (or off) inside the block, as they were after it."""
+    before = FUSION["enabled"]
+    hb.set_fusion(enabled)
+    try:
+        yield
+    finally:
+        hb.set_fusion(before)
+
+
+class _LogOfRelu(hb.HybridBlock):
+    """A second output with an infinite local derivative where relu gives 0."""
+
+    def __init__(self):
+        super().__init__()
+        self.W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(1))
+        self.U = hb.Parameter("U", (3, 3), rng=np.random.default_rng(2))
+
+    def forward(self, x):
+        return hb.tanh(self.W @ x), hb.log(hb.relu(self.U @ x))
+
+
+# ---------------------------------------------------------------------------------------
+# Example scripts
+# ---------------------------------------------------------------------------------------
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(script, *args):
+    """examples/<script> run with these arguments as a user runs it: without this run's PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
+                          env=env, timeout=300)
