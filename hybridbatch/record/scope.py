@@ -85,6 +85,7 @@ class batching:
         self.open = False
         self.tracing = False
         self.failure = None
+        self._thread = threading.current_thread()   # the recording one: set again on entering
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
         self._entered = self._exited = None
 
@@ -95,6 +96,7 @@ class batching:
         if self._entered is not None:
             raise ScopeError("a batching scope can be entered once; make a new one")
         _local.scope = self
+        self._thread = threading.current_thread()
         self.open = True
         self._entered = time.perf_counter()
         return self
@@ -219,17 +221,18 @@ class batching:
     # -- flushing ---------------------------------------------------------------------
     def forward(self):
         """Schedule and run every pending node (the delta since the last flush)."""
+        self._check_thread()
         self._check_usable()
         start = self.flushed
         if start == len(self.graph):
             return
         t0 = time.perf_counter()
         plan = Plan(self.graph, start, self.policy, self.arenas, self.loc_arena, self.loc_row, self.is_const)
-        self.flushed = plan.stop
         t1 = time.perf_counter()
         self.plans.append(plan)
         try:
             run_forward(plan, self.arenas, backend.xp(), self.graph.origin)
+            self.flushed = plan.stop    # once computed: another thread may read values below it
             if self.granularity == "auto":
                 choose_granularity(plan)
         except BaseException as e:
@@ -251,6 +254,7 @@ class batching:
 
     def backward(self, nid):
         """Gradients of scalar node nid into the Parameters it depends on."""
+        self._check_thread()
         shape = signature.TYPES[self.graph.type[nid]][0]
         if shape != ():
             raise ValueError(f"backward() needs a scalar; this value has shape {shape}")
@@ -264,6 +268,17 @@ class batching:
         self._times["backward"] += spent
         if self.open:
             self._times["busy_inside"] += spent
+
+    def _check_thread(self):
+        """An open scope is flushed and differentiated on its recording thread only: another
+        thread's flush would run the delta while this one appends to it. Checked on these
+        slow paths, not when recording or reading a computed value."""
+        if self.open and threading.current_thread() is not self._thread:
+            raise ScopeError(f"this batching scope is still recording on thread {self._thread.name!r}; thread "
+                             f"{threading.current_thread().name!r} cannot flush it (read a pending value, call "
+                             f"scope.forward()) or run backward() while it is open: do that on thread "
+                             f"{self._thread.name!r}, or after its `with hb.batching()` block exits, when any "
+                             f"thread may read its values")
 
     def _check_usable(self):
         """A tracing scope's inputs are placeholders with no values: flushing it would read
