@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.autograd import run_backward
-from ..errors import ScopeError
+from ..runtime.autograd import SECOND_BACKWARD, run_backward
+from ..errors import BackwardError, ScopeError
 from ..runtime.execute import run_forward
 from .future import Future
 from ..hybrid.granularity import choose_granularity
@@ -85,6 +85,7 @@ class batching:
         self.open = False
         self.tracing = False
         self.failure = None
+        self._graph_spent = set()   # nodes a backward() without retain_graph ran from
         self._thread = threading.current_thread()   # the recording one: set again on entering
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
         self._entered = self._exited = None
@@ -252,12 +253,14 @@ class batching:
             self.forward()
         return backend.to_numpy(self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]).copy()
 
-    def backward(self, nid):
-        """Gradients of scalar node nid into the Parameters it depends on."""
+    def backward(self, nid, retain_graph=False):
+        """Gradients of scalar node nid into the Parameters it depends on (Future.backward)."""
         self._check_thread()
         shape = signature.TYPES[self.graph.type[nid]][0]
         if shape != ():
             raise ValueError(f"backward() needs a scalar; this value has shape {shape}")
+        if nid in self._graph_spent:
+            raise BackwardError(SECOND_BACKWARD)
         if nid >= self.flushed:
             self.forward()
         self._check_usable()
@@ -265,6 +268,8 @@ class batching:
         run_backward(self.plans, self.arenas, nid, self.loc_arena.data, self.loc_row.data,
                      self.flushed, backend.xp(), self.graph.origin)
         spent = time.perf_counter() - t0
+        if not retain_graph:
+            self._graph_spent.add(nid)
         self._times["backward"] += spent
         if self.open:
             self._times["busy_inside"] += spent
