@@ -10,7 +10,7 @@ from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu
 from .hybrid.block import Block, HybridBlock
 from .record.eager import Tensor
 from . import nn
-from .errors import HybridBatchError, ShapeError, ScopeError, NumericsError
+from .errors import HybridBatchError, ShapeError, ScopeError, BackwardError, NumericsError
 from .record.future import Future
 from .train.parameter import Parameter
 from .train.parameter_dict import ParameterDict
@@ -25,7 +25,7 @@ __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", "tanh", "sigmoid", "relu", "exp", "log",
     "add_n", "concat", "slice", "split", "reshape", "sum", "lookup", "pick", "log_softmax",
     "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
-    "NumericsError", "Future", "Parameter", "batching", "Stats",
+    "BackwardError", "NumericsError", "Future", "Parameter", "batching", "Stats",
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows",
     "learn_policy", "FSMPolicy", "set_blas", "blas_library",

@@ -13,5 +13,9 @@ class ScopeError(HybridBatchError, RuntimeError):
     """A future was used outside the scope that recorded it, or its scope failed."""
 
 
+class BackwardError(HybridBatchError, RuntimeError):
+    """backward() was called again from a value whose graph was not kept (retain_graph)."""
+
+
 class NumericsError(HybridBatchError, FloatingPointError):
     """An op produced NaN or inf while `check_numerics` was on."""

@@ -5,8 +5,8 @@ a tape (each Tensor holds its operands) for reverse mode, freed with the Tensors
 """
 import numpy as np
 
-from ..runtime.autograd import accumulate_param
-from ..errors import ScopeError
+from ..runtime.autograd import SECOND_BACKWARD, accumulate_param
+from ..errors import BackwardError, ScopeError
 from .future import Future
 from ..ops.shape import Input, ParamRead
 from ..train.parameter import Parameter
@@ -17,7 +17,7 @@ from . import signature
 class Tensor:
     """A computed value of one instance: `value` has a leading batch axis of one."""
 
-    __slots__ = ("value", "sig", "inputs", "aux", "__weakref__")
+    __slots__ = ("value", "sig", "inputs", "aux", "_graph_spent", "__weakref__")
 
     def __init__(self, value, sig, inputs=(), aux=-1):
         self.value = value
@@ -47,8 +47,9 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self.asnumpy(), dtype=dtype)
 
-    def backward(self):
-        backward(self)
+    def backward(self, retain_graph=False):
+        """As Future.backward: once, unless the call before passed retain_graph=True."""
+        backward(self, retain_graph)
 
     def __repr__(self):
         return f"Tensor(shape={self.shape}, dtype={self.dtype.name})"
@@ -131,10 +132,12 @@ def trainable_source(t: Tensor):
     return None
 
 
-def backward(root: Tensor):
+def backward(root: Tensor, retain_graph=False):
     """Reverse mode from a scalar Tensor, accumulating into Parameter.grad."""
     if root.shape != ():
         raise ValueError(f"backward() needs a scalar; this value has shape {root.shape}")
+    if getattr(root, "_graph_spent", False):      # unset until a backward() without retain_graph
+        raise BackwardError(SECOND_BACKWARD)
     xp = backend.xp()
     grads = {id(root): xp.ones_like(root.value)}
     for t in reversed(_topological(root)):
@@ -157,3 +160,5 @@ def backward(root: Tensor):
                 grads[id(u)] = grads[id(u)] + g
             else:
                 grads[id(u)] = g
+    if not retain_graph:
+        root._graph_spent = True

@@ -45,9 +45,12 @@ class Future:
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self.asnumpy(), dtype=dtype)
 
-    def backward(self):
-        """Gradients of this scalar into every Parameter it depends on (accumulates)."""
-        self.scope.backward(self.id)
+    def backward(self, retain_graph=False):
+        """Gradients of this scalar into every Parameter it depends on (accumulates).
+
+        Once per value, as in PyTorch: another call raises BackwardError, unless the call
+        before it passed retain_graph=True; a call so allowed adds the same gradients again."""
+        self.scope.backward(self.id, retain_graph)
 
     def __bool__(self):
         raise TypeError("the truth value of a Future is not known while recording; "

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.autograd import run_backward
-from ..errors import ScopeError
+from ..runtime.autograd import SECOND_BACKWARD, run_backward
+from ..errors import BackwardError, ScopeError
 from ..runtime.execute import run_forward
 from .future import Future
 from ..hybrid.granularity import choose_granularity
@@ -85,6 +85,8 @@ class batching:
         self.open = False
         self.tracing = False
         self.failure = None
+        self._graph_spent = set()   # nodes a backward() without retain_graph ran from
+        self._thread = threading.current_thread()   # the recording one: set again on entering
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
         self._entered = self._exited = None
 
@@ -95,6 +97,7 @@ class batching:
         if self._entered is not None:
             raise ScopeError("a batching scope can be entered once; make a new one")
         _local.scope = self
+        self._thread = threading.current_thread()
         self.open = True
         self._entered = time.perf_counter()
         return self
@@ -219,17 +222,18 @@ class batching:
     # -- flushing ---------------------------------------------------------------------
     def forward(self):
         """Schedule and run every pending node (the delta since the last flush)."""
+        self._check_thread()
         self._check_usable()
         start = self.flushed
         if start == len(self.graph):
             return
         t0 = time.perf_counter()
         plan = Plan(self.graph, start, self.policy, self.arenas, self.loc_arena, self.loc_row, self.is_const)
-        self.flushed = plan.stop
         t1 = time.perf_counter()
         self.plans.append(plan)
         try:
             run_forward(plan, self.arenas, backend.xp(), self.graph.origin)
+            self.flushed = plan.stop    # once computed: another thread may read values below it
             if self.granularity == "auto":
                 choose_granularity(plan)
         except BaseException as e:
@@ -249,11 +253,14 @@ class batching:
             self.forward()
         return backend.to_numpy(self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]).copy()
 
-    def backward(self, nid):
-        """Gradients of scalar node nid into the Parameters it depends on."""
+    def backward(self, nid, retain_graph=False):
+        """Gradients of scalar node nid into the Parameters it depends on (Future.backward)."""
+        self._check_thread()
         shape = signature.TYPES[self.graph.type[nid]][0]
         if shape != ():
             raise ValueError(f"backward() needs a scalar; this value has shape {shape}")
+        if nid in self._graph_spent:
+            raise BackwardError(SECOND_BACKWARD)
         if nid >= self.flushed:
             self.forward()
         self._check_usable()
@@ -261,9 +268,22 @@ class batching:
         run_backward(self.plans, self.arenas, nid, self.loc_arena.data, self.loc_row.data,
                      self.flushed, backend.xp(), self.graph.origin)
         spent = time.perf_counter() - t0
+        if not retain_graph:
+            self._graph_spent.add(nid)
         self._times["backward"] += spent
         if self.open:
             self._times["busy_inside"] += spent
+
+    def _check_thread(self):
+        """An open scope is flushed and differentiated on its recording thread only: another
+        thread's flush would run the delta while this one appends to it. Checked on these
+        slow paths, not when recording or reading a computed value."""
+        if self.open and threading.current_thread() is not self._thread:
+            raise ScopeError(f"this batching scope is still recording on thread {self._thread.name!r}; thread "
+                             f"{threading.current_thread().name!r} cannot flush it (read a pending value, call "
+                             f"scope.forward()) or run backward() while it is open: do that on thread "
+                             f"{self._thread.name!r}, or after its `with hb.batching()` block exits, when any "
+                             f"thread may read its values")
 
     def _check_usable(self):
         """A tracing scope's inputs are placeholders with no values: flushing it would read

@@ -51,6 +51,13 @@ def _input_used(read, mark, node, n_out, use, off, k, i):
 _pending = threading.local()
 
 
+# backward() from a value whose graph an earlier call did not keep: as in PyTorch, an error
+# (BackwardError) rather than the same gradients added into Parameter.grad again.
+SECOND_BACKWARD = ("backward() already ran from this value; running it again would add the same gradients into "
+                   "Parameter.grad a second time. Pass retain_graph=True to the earlier backward() to allow "
+                   "another (the gradients then accumulate), or compute the loss anew")
+
+
 class _Numerics:
     """check_numerics in reverse mode: the batch being differentiated, so that the first
     NaN/inf gradient names its node and the line that recorded it."""

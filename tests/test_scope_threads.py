@@ -1,0 +1,123 @@
+"""A scope belongs to the thread recording it: another thread must not flush it while it is open.
+
+A flush from a second thread runs the pending delta while the recording thread keeps appending
+to it; it used to fail with a raw IndexError and leave the recording thread's scope dead.
+"""
+import threading
+
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+
+
+@pytest.fixture
+def W():
+    return hb.Parameter("W", (3, 3), rng=np.random.default_rng(0))
+
+
+def on_other_thread(fn):
+    """fn() run on a thread named 'reader': {'value': result} or {'error': exception}."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:
+            out["error"] = e
+
+    thread = threading.Thread(target=run, name="reader")
+    thread.start()
+    thread.join()
+    return out
+
+
+def expected(W, x):
+    return np.tanh(W.data @ x)
+
+
+def xs(n):
+    return [np.full(3, i + 1, np.float32) / n for i in range(n)]
+
+
+@pytest.mark.parametrize("read", [lambda y: y.asnumpy(), lambda y: y.item(), float, np.asarray])
+def test_reading_a_pending_value_from_another_thread_raises_and_the_scope_goes_on(W, read):
+    inputs = xs(4)
+    with hb.batching():
+        y = hb.sum(hb.tanh(W @ inputs[0]))
+        out = on_other_thread(lambda: read(y))
+        assert "value" not in out
+        error = out["error"]
+        assert isinstance(error, hb.ScopeError)
+        message = str(error)
+        assert "'MainThread'" in message and "'reader'" in message and "exits" in message
+        assert y.shape == ()                      # the node's type is readable from anywhere
+        more = [hb.tanh(W @ x) for x in inputs[1:]]
+    np.testing.assert_allclose(y.asnumpy(), expected(W, inputs[0]).sum(), rtol=1e-6)
+    for m, x in zip(more, inputs[1:]):
+        np.testing.assert_allclose(m.asnumpy(), expected(W, x), rtol=1e-6)
+
+
+def test_flushing_from_another_thread_raises(W):
+    with hb.batching() as scope:
+        y = hb.tanh(W @ xs(1)[0])
+        assert isinstance(on_other_thread(scope.forward)["error"], hb.ScopeError)
+        assert scope.flushed == 0
+    np.testing.assert_allclose(y.asnumpy(), expected(W, xs(1)[0]), rtol=1e-6)
+
+
+def test_backward_from_another_thread_raises_while_the_scope_records(W):
+    """Even from a computed value: its gradients would race with the recording thread's."""
+    x = xs(1)[0]
+    hb.sum(hb.tanh(W @ x)).backward()           # eager, for reference
+    reference = W.grad.copy()
+    W.zero_grad()
+    with hb.batching() as scope:
+        loss = hb.sum(hb.tanh(W @ x))
+        scope.forward()
+        error = on_other_thread(loss.backward)["error"]
+        assert isinstance(error, hb.ScopeError) and "'MainThread'" in str(error)
+        assert not W.grad.any()
+    assert on_other_thread(loss.backward) == {"value": None}     # closed: any thread may
+    np.testing.assert_allclose(W.grad, reference, rtol=1e-6)
+
+
+def test_values_computed_by_the_recording_thread_are_readable_from_any_thread(W):
+    """After scope.forward() on the recording thread, or after the scope exits."""
+    inputs = xs(3)
+    with hb.batching() as scope:
+        y = hb.tanh(W @ inputs[0])
+        scope.forward()
+        np.testing.assert_allclose(on_other_thread(y.asnumpy)["value"], expected(W, inputs[0]), rtol=1e-6)
+        z = hb.tanh(W @ inputs[1])
+    np.testing.assert_allclose(on_other_thread(z.asnumpy)["value"], expected(W, inputs[1]), rtol=1e-6)
+
+
+def test_a_read_racing_a_recording_thread_never_breaks_its_scope(W):
+    """The recording thread appends while another one reads; the reader gets a ScopeError
+    or (once the scope is flushed) the value, and the recording thread every value right."""
+    inputs = xs(2000)
+    started, reads = threading.Event(), []
+    results = {}
+
+    def record():
+        with hb.batching():
+            results["first"] = hb.tanh(W @ inputs[0])
+            started.set()
+            results["all"] = [hb.tanh(W @ x) for x in inputs]
+
+    recorder = threading.Thread(target=record)
+    recorder.start()
+    started.wait()
+    while recorder.is_alive():
+        try:
+            reads.append(results["first"].asnumpy())
+        except hb.ScopeError:
+            pass
+    recorder.join()
+    reads.append(results["first"].asnumpy())
+    assert "all" in results
+    for r in reads:
+        np.testing.assert_allclose(r, expected(W, inputs[0]), rtol=1e-6)
+    got = np.stack([y.asnumpy() for y in results["all"]])
+    np.testing.assert_allclose(got, np.tanh(np.stack(inputs) @ W.data.T), rtol=1e-5, atol=1e-6)
