@@ -5,7 +5,7 @@ and Plan construction for a recorded graph of the same size.
 
 Prints one JSON object. Every timing is the median of `--repeat` calls after one warm-up
 call (so numba compilation or cache loading is not counted). One thread, as in
-WORKLOADS.md. Target: scheduling 100k nodes in < 50 ms.
+docs/workloads.md. Target: scheduling 100k nodes in < 50 ms.
 """
 import os
 
@@ -28,7 +28,7 @@ from hybridbatch.schedule import GraphView, agenda, by_depth, lower_bound  # noq
 
 TARGET_MS = 50.0
 
-# Synthetic signatures, shaped like a Tree-LSTM / LSTM minibatch (W1, W5 in WORKLOADS.md)
+# Synthetic signatures, shaped like a Tree-LSTM / LSTM minibatch (W1, W5 in docs/workloads.md)
 INPUT, LOOKUP, AFFINE_LEAF, SIGMOID, TANH, MUL, CONCAT, AFFINE_CELL, ADD, AFFINE_OUT, LOSS = range(11)
 N_SIGS = 11
 COST = np.array([0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0], np.int64)     # matmul-like ops cost 1

@@ -6,7 +6,7 @@ minibatch graph.
     python benchmarks/bench_search.py [--workload W4-2TYPE] [--minibatches 40]
                                       [--widths 1,4,16] [--data ../shared/data]
 
-Prints one JSON object. One thread, as in WORKLOADS.md. Minibatches of 64 are taken in
+Prints one JSON object. One thread, as in docs/workloads.md. Minibatches of 64 are taken in
 order from the start of the training set.
 """
 import os

@@ -1,4 +1,4 @@
-"""Train the W2 / W3 BiLSTM part-of-speech tagger (WORKLOADS.md), eagerly or batched.
+"""Train the W2 / W3 BiLSTM part-of-speech tagger (docs/workloads.md), eagerly or batched.
 
 The model (hybridbatch/models/bilstm_tagger.py) is written for one sentence with plain
 Python loops; `--mode batched` records a minibatch inside `hb.batching()` and runs it in

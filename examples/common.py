@@ -1,4 +1,4 @@
-"""What every training example shares: one thread per WORKLOADS.md, the repository on the
+"""What every training example shares: one thread per docs/workloads.md, the repository on the
 import path, the --mode/--policy/--granularity flags, shuffled minibatches, and running a
 piece of the model eagerly or batched.
 

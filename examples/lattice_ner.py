@@ -1,4 +1,4 @@
-"""Train the W6 Lattice LSTM NER tagger (WORKLOADS.md), eagerly or batched.
+"""Train the W6 Lattice LSTM NER tagger (docs/workloads.md), eagerly or batched.
 
 The model (hybridbatch/models/lattice_lstm.py) is written for one sentence with plain
 Python loops: a character cell per character, a word cell per lexicon word found in the
@@ -48,7 +48,7 @@ def main():
     ap.add_argument("--data", help="folder with train.txt, dev.txt and lexicon.txt (default: synthetic lattices)")
     add_batching_args(ap)
     ap.add_argument("--hidden", type=int_at_least(1), default=256,
-                    help="size knob: 256 gives WORKLOADS.md's embedding 50 and hidden 100 (scaled by hidden / 256)")
+                    help="size knob: 256 gives docs/workloads.md's embedding 50 and hidden 100 (scaled by hidden / 256)")
     ap.add_argument("--batch", type=int_at_least(1), default=64)
     ap.add_argument("--epochs", type=int_at_least(0), default=5)
     ap.add_argument("--limit", type=int_at_least(0), default=640, help="training sentences (0: all)")

@@ -1,4 +1,4 @@
-"""Train the W5 LSTM encoder-decoder (WORKLOADS.md) on synthetic sentence pairs, eagerly or batched.
+"""Train the W5 LSTM encoder-decoder (docs/workloads.md) on synthetic sentence pairs, eagerly or batched.
 
 The model (hybridbatch/models/seq2seq.py) is written for one sentence pair with plain Python
 loops: encoder steps over the source, then decoder steps over <s> + target with an output

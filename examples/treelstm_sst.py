@@ -1,4 +1,4 @@
-"""Train the W1 Tree-LSTM sentiment classifier (WORKLOADS.md), or a W4 tree variant, eagerly or batched.
+"""Train the W1 Tree-LSTM sentiment classifier (docs/workloads.md), or a W4 tree variant, eagerly or batched.
 
 The model (hybridbatch/models/tree_lstm.py; `--model` picks W4's tree_gru.py, the two-type
 Tree-LSTM or mv_rnn.py, on the same trees) is a recursive Python function over ONE tree;

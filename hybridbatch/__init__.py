@@ -3,6 +3,8 @@
     with hb.batching():          # calls return Futures; a flush runs them in batches
         losses = [model(x) for x in minibatch]
 """
+__version__ = "0.1.0"   # the one source of the version: pyproject.toml reads it from here
+
 from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
 from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu, exp, log, add_n,
                   concat, slice, split, reshape, sum, lookup, pick, log_softmax, pick_neg_log_softmax,

@@ -72,7 +72,7 @@ class TreeLSTMInternal(HybridBlock):
 
 
 class TreeLSTMCell(Block):
-    """Binary Tree-LSTM (Tai et al. 2015) as in WORKLOADS.md W1.
+    """Binary Tree-LSTM (Tai et al. 2015) as in docs/workloads.md W1.
 
     cell(x) -> (h, c) for a leaf; cell((h_l, c_l), (h_r, c_r)) -> (h, c) for an internal node.
     """

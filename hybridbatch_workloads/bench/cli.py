@@ -21,7 +21,7 @@ EPILOG = """\
 Measures training (forward + backward + SGD step per minibatch) and inference (forward,
 reading the logits) throughput of the batched run and of the eager run in one process, with
 the speedups, batches against the lower bound, the split of a training step and efficiency
-against the single-thread float32 GEMM rate. One thread per WORKLOADS.md: when
+against the single-thread float32 GEMM rate. One thread per docs/workloads.md: when
 OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS are not all set, the command re-executes itself with the
 missing ones set to 1. A progress bar goes to stderr, the table to stdout.
 
@@ -94,7 +94,7 @@ def build_parser():
     ap.add_argument("--eager-warmup", type=int_at_least(0), default=16, help="eager warm-up instances (16)")
     ap.add_argument("--no-eager", action="store_true", help="skip the eager runs (no speedups)")
     ap.add_argument("--sweep", choices=sorted(SWEEPS),
-                    help="hidden: 32..512; batch: 1..256 (WORKLOADS.md variants); writes a PNG")
+                    help="hidden: 32..512; batch: 1..256 (docs/workloads.md variants); writes a PNG")
     ap.add_argument("--plot", metavar="PNG", type=output_file, help="plot path for --sweep and policies (default: next to "
                                                   "--json, or sweep_<WORKLOAD>.png / policies.png)")
     ap.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate (0.05)")

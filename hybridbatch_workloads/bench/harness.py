@@ -1,4 +1,4 @@
-"""The measurement protocol of WORKLOADS.md, for any `Workload`.
+"""The measurement protocol of docs/workloads.md, for any `Workload`.
 
 One configuration (`Config`) is measured in one process:
 

@@ -1,6 +1,6 @@
 """What the benchmark ran on: thread settings, versions, CPU, load; and the GEMM reference rate.
 
-`THREAD_VARS` must be set before numpy is first imported (WORKLOADS.md); `python -m
+`THREAD_VARS` must be set before numpy is first imported (docs/workloads.md); `python -m
 hybridbatch_workloads.bench` re-executes itself with them when they are missing.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The WORKLOADS.md variants: a hidden-size sweep and a minibatch-size sweep, and their plot."""
+"""The docs/workloads.md variants: a hidden-size sweep and a minibatch-size sweep, and their plot."""
 from __future__ import annotations
 
 import dataclasses

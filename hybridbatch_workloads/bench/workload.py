@@ -1,4 +1,4 @@
-"""The interface every benchmark workload implements (W1, W2, W3, ... of WORKLOADS.md).
+"""The interface every benchmark workload implements (W1, W2, W3, ... of docs/workloads.md).
 
 A workload owns its data (real files from `data_dir`, else its synthetic generator), its
 vocabulary and its model, and exposes the model per instance: the harness decides whether
@@ -58,7 +58,7 @@ REFERENCE_HIDDEN = 256
 
 
 def scaled(size, hidden):
-    """WORKLOADS.md size `size` at the harness's `hidden` knob, whose default 256 means the
+    """docs/workloads.md size `size` at the harness's `hidden` knob, whose default 256 means the
     reference sizes: a workload whose sizes are not 256 (MV-RNN d = 64, the Lattice LSTM's 50
     and 100) scales them by hidden / 256, so that `--hidden` and the hidden sweep vary them."""
     return max(1, round(size * hidden / REFERENCE_HIDDEN))

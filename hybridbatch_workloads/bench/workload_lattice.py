@@ -1,4 +1,4 @@
-"""W6 of WORKLOADS.md as a benchmark workload: the Lattice LSTM NER tagger.
+"""W6 of docs/workloads.md as a benchmark workload: the Lattice LSTM NER tagger.
 
 Data: `train.txt` / `dev.txt` (character-level NER, one character and its BIO tag per line)
 and `lexicon.txt` (one word per line) from `data_dir` (the folder, or its parent holding

@@ -1,4 +1,4 @@
-"""W5 of WORKLOADS.md as a benchmark workload: the LSTM encoder-decoder (NMT).
+"""W5 of docs/workloads.md as a benchmark workload: the LSTM encoder-decoder (NMT).
 
 Data: `synthetic_nmt` sentence pairs (`synthetic_train` for training, then `synthetic_dev`
 more held out; there is no real parallel corpus in the shared data, so `data_dir` is

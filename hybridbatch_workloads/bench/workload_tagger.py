@@ -1,4 +1,4 @@
-"""W2 and W3 of WORKLOADS.md as benchmark workloads: the BiLSTM UPOS tagger, without and
+"""W2 and W3 of docs/workloads.md as benchmark workloads: the BiLSTM UPOS tagger, without and
 with the character BiLSTM for rare words.
 
 Data: `en_ewt-ud-train.conllu` / `en_ewt-ud-dev.conllu` from `data_dir` (the folder holding
@@ -51,7 +51,7 @@ class _TaggerWorkload(Workload):
         counts = Counter(t.form for s in train for t in s)
         self.word_vocab = Vocab.build(counts, min_count=MIN_COUNT)
         self.char_vocab = Vocab.build(Counter(ch for w in counts for ch in w)) if self.chars else None
-        # WORKLOADS.md sizes: embedding = hidden (256); char embedding 64, char LSTM hidden / 2
+        # docs/workloads.md sizes: embedding = hidden (256); char embedding 64, char LSTM hidden / 2
         self.char_hidden = hidden // 2
         self.char_embed = 64
         self.model = BiLSTMTagger(self.word_vocab, UPOS_TAGS, self.char_vocab, embed=hidden, hidden=hidden,

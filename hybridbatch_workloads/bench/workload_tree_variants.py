@@ -1,4 +1,4 @@
-"""W4 of WORKLOADS.md (the ED-Batch tree variants) as benchmark workloads, on the W1 trees.
+"""W4 of docs/workloads.md (the ED-Batch tree variants) as benchmark workloads, on the W1 trees.
 
 Data, vocabulary, per-node loss (5 classes on every node, as W1) and root accuracy come from
 `TreeWorkload` (workload_treelstm.py); each class here only picks its model and counts its

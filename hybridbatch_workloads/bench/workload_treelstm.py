@@ -1,4 +1,4 @@
-"""W1 of WORKLOADS.md as a benchmark workload (the binary Tree-LSTM sentiment classifier), and
+"""W1 of docs/workloads.md as a benchmark workload (the binary Tree-LSTM sentiment classifier), and
 `TreeWorkload`, the base of every workload on the W1 trees (W1, W4).
 
 Data: `train.txt` / `dev.txt` (PTB brackets) from `data_dir` (the SST folder, or its parent

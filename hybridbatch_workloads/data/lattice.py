@@ -132,7 +132,7 @@ def read_lattices(corpus: str | os.PathLike, lexicon: str | os.PathLike) -> list
 # Synthetic lattices
 # ---------------------------------------------------------------------------------------------
 
-# Sentence length = min(max, 2 + round(Gamma(shape, scale))): mean 50 characters (WORKLOADS.md),
+# Sentence length = min(max, 2 + round(Gamma(shape, scale))): mean 50 characters (docs/workloads.md),
 # sd ~28, a long right tail as Weibo's posts.
 LATTICE_LENGTH = {"min": 2, "max": 175, "shape": 3.0, "scale": 16.0}
 # 3,000 characters and 8,000 base words of 2 / 3 / 4 characters (60 / 25 / 15%), both drawn

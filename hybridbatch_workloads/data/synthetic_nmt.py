@@ -1,7 +1,7 @@
 """Synthetic parallel sentences for W5 (LSTM-NMT), with IWSLT-like lengths.
 
 There is no real parallel corpus in the shared data; `synthetic_nmt(n)` draws sentence pairs
-whose source and target lengths follow the WORKLOADS.md distribution (mean 20, sd 10, 1..50)
+whose source and target lengths follow the docs/workloads.md distribution (mean 20, sd 10, 1..50)
 and are correlated as in a real corpus, so that the encoder and decoder chains have the
 real shape. Target words partly translate the aligned source word, so training has signal.
 """

@@ -1,4 +1,4 @@
-"""W2 / W3: BiLSTM part-of-speech tagger (UPOS), WORKLOADS.md sizes.
+"""W2 / W3: BiLSTM part-of-speech tagger (UPOS), docs/workloads.md sizes.
 
 W2: word embedding 256 (words seen < 5 times -> UNK), one LSTM layer of 256 per direction,
 [h_fwd; h_bwd] (512) -> linear -> 17 tags, softmax loss per token summed over the sentence.

@@ -1,4 +1,4 @@
-"""W6: Lattice LSTM tagger (Zhang & Yang 2018), WORKLOADS.md sizes.
+"""W6: Lattice LSTM tagger (Zhang & Yang 2018), docs/workloads.md sizes.
 
 Character embedding 50, word embedding 50, hidden 100. A chain of character cells reads the
 sentence; every lexicon word w over characters b..e (a `LatticeWord`) adds a word cell that

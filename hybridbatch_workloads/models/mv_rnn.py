@@ -1,7 +1,7 @@
 """W4 MV-RNN (Socher et al. 2012): matrix-vector recursive network on the W1 trees, d = 64.
 
 Every word has a vector a (d) and a matrix A (d x d). An internal node with children
-(a, A) and (b, B) computes, as WORKLOADS.md writes it (no bias in either product):
+(a, A) and (b, B) computes, as docs/workloads.md writes it (no bias in either product):
 
     p = tanh(W [B a; A b])        W: d x 2d
     P = W_M [A; B]                W_M: d x 2d, so P is d x d again

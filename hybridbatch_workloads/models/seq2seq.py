@@ -1,4 +1,4 @@
-"""W5: LSTM encoder-decoder (NMT) with teacher forcing, WORKLOADS.md sizes.
+"""W5: LSTM encoder-decoder (NMT) with teacher forcing, docs/workloads.md sizes.
 
 Embedding 256, hidden 256, 8,000 words each side. The encoder LSTM reads the source; its
 final (h, c) starts the decoder LSTM, which reads <s> y_1 ... y_m (the gold target, teacher

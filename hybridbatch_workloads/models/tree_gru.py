@@ -1,4 +1,4 @@
-"""W4 TreeGRU: a binary Tree-GRU sentiment classifier on the W1 trees, WORKLOADS.md sizes.
+"""W4 TreeGRU: a binary Tree-GRU sentiment classifier on the W1 trees, docs/workloads.md sizes.
 
 nn.GRUCell reads one input and one previous state; a binary tree node has two children and
 no input, so the cell here gives each child its own reset gate and updates towards the
