@@ -16,12 +16,13 @@ about twice MKL's rate with its AVX-512 ones), while MKL stays ahead on few rows
 default mode, "auto", the first product in a process times the three on a range of row
 counts (once, about 0.5 s): a shared weight's product of fewer than `kernel_below()` rows
 goes to the kernel, one of at least `numpy_from()` rows to numpy, and the rest to MKL and its
-packed weights (`one_row()` picks for a single row). `use("mkl")` sends every product to MKL,
-`use("numpy")` every one to numpy; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at import,
-and =numpy also keeps MKL from loading. MKL follows MKL_NUM_THREADS; when that (or
-OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no OpenMP runtime joins the
-process. Only float32/float64 C- or Fortran-ordered operands on the host go to MKL or the
-kernel; anything else (cupy arrays, other dtypes, odd strides) is numpy's.
+packed weights (`one_row()` picks for a single row). `hb.settings.blas = "mkl"` sends every
+product to MKL, "numpy" every one to numpy (config.py); HYBRIDBATCH_BLAS=auto|mkl|numpy
+picks the mode at import, and =numpy also keeps MKL from loading. MKL follows
+MKL_NUM_THREADS; when that (or OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no
+OpenMP runtime joins the process. Only float32/float64 C- or Fortran-ordered operands on
+the host go to MKL or the kernel; anything else (cupy arrays, other dtypes, odd strides) is
+numpy's.
 """
 import contextlib
 import ctypes
@@ -36,6 +37,7 @@ import numpy as np
 from numba import njit
 
 from . import few_rows
+from ..config import BLAS_MODES, settings
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 B_MATRIX, PACKED = 162, 151
@@ -45,7 +47,6 @@ SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by num
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
 ROWS_TRIED = (2, 4, 8, 16, 32, 64, 128, 256, 512)     # the row counts the calibration times (and 1)
 NUMPY_MARGIN = 0.95     # the calibration divides numpy's measured times by this: MKL keeps near-ties
-MODES = ("auto", "mkl", "numpy")
 
 
 def _library_path():
@@ -92,7 +93,7 @@ class _MKL:
 def _mode():
     """The mode HYBRIDBATCH_BLAS asks for (an unknown one warns and is "auto")."""
     choice = os.environ.get("HYBRIDBATCH_BLAS", "").lower() or "auto"
-    if choice not in MODES:
+    if choice not in BLAS_MODES:
         warnings.warn(f"HYBRIDBATCH_BLAS={choice!r} is not 'auto', 'mkl' or 'numpy'; using 'auto' (MKL where "
                       f"it is available)", stacklevel=3)
         return "auto"
@@ -120,11 +121,6 @@ def _load(mode=None):
     return mkl
 
 
-def name():
-    """The mode in use: "auto" (measured routing, `_calibrate`), "mkl" or "numpy"."""
-    return _mode_in_use
-
-
 def available():
     """Whether MKL was found and loaded."""
     return _mkl is not None
@@ -135,23 +131,11 @@ def version():
     return _mkl.version if _mkl is not None else None
 
 
-def use(which):
-    """Send host products to MKL ("mkl"), to numpy ("numpy"), or by rows to the few-rows
-    kernel, MKL (when available) and numpy, as measured ("auto")."""
-    global _mode_in_use
-    if which not in MODES:
-        raise ValueError(f"unknown BLAS {which!r}; expected 'auto', 'mkl' or 'numpy'")
-    if which == "mkl" and _mkl is None:
-        raise RuntimeError("MKL is not available: install the `mkl` package (pip install 'hybridbatch[mkl]'), "
-                           "and do not set HYBRIDBATCH_BLAS=numpy")
-    _mode_in_use = which
-
-
 def kernel_below():
     """(rows for a C-ordered weight, rows for a transposed one): a shared weight's product
     of 2 up to this many rows (exclusive) runs in the few-rows kernel (`few_rows.py`),
     whatever numpy_from() says; 0 in "mkl" and "numpy" modes. Measured once (`_calibrate`)."""
-    if _mode_in_use != "auto":
+    if settings.blas != "auto":
         return (0, 0)
     if _kernel_below is None:
         _calibrate()
@@ -163,9 +147,9 @@ def numpy_from():
     at least the count for b's layout goes to numpy (`_library`), fewer to MKL, unless the
     few-rows kernel takes it; inf: never (MKL), 0: always. In "auto" it is measured once
     (`_calibrate`)."""
-    if _mode_in_use == "numpy":
+    if settings.blas == "numpy":
         return (0, 0)
-    if _mode_in_use == "mkl":
+    if settings.blas == "mkl":
         return (math.inf, math.inf)
     if _numpy_from is None:
         _calibrate()
@@ -179,8 +163,8 @@ def one_row():
     the AMD EPYC here, while it is 2x faster at 2-6 rows. Eager mode multiplies one row at a
     time: a slow choice here would slow the baseline that batching is measured against.
     Measured in the same calibration, with more rounds."""
-    if _mode_in_use != "auto":
-        return (_mode_in_use,) * 2
+    if settings.blas != "auto":
+        return (settings.blas,) * 2
     if _one_row is None:
         _calibrate()
     return _one_row
@@ -208,7 +192,7 @@ def _calibrate(rounds=3):
     moves them."""
     global _numpy_from, _one_row, _flip_below, _kernel_below
     with _measuring:
-        if _flip_below is not None and (_numpy_from is not None or _mode_in_use != "auto"):
+        if _flip_below is not None and (_numpy_from is not None or settings.blas != "auto"):
             return
         rng = np.random.default_rng(0)
         w = rng.standard_normal((1280, 512), dtype=np.float32)
@@ -225,7 +209,7 @@ def _calibrate(rounds=3):
                     i = _cheapest_split(flipped, numpy[1:])
                     _flip_below = _row_bound(i)
                     numpy[1:] = flipped[:i] + numpy[1 + i:]
-                if _mode_in_use != "auto":
+                if settings.blas != "auto":
                     continue
                 kernel = [_best(lambda: few_rows.product(x, weight), r) for x, r in zip(xs, tries)]
                 mkl = ([_best(lambda: _mkl_shared_product(x, weight), r) for x, r in zip(xs, tries)]
@@ -277,8 +261,8 @@ def _best(product, rounds):
 def _library(b, rows):
     """MKL or None (numpy) for a product over `rows` batch rows by the right operand b (for
     a weight's gradient G^T X, the rows summed over) in the mode in use."""
-    if _mkl is None or _mode_in_use != "auto" or b.ndim != 2:
-        return _mkl if _mode_in_use == "mkl" else None
+    if _mkl is None or settings.blas != "auto" or b.ndim != 2:
+        return _mkl if settings.blas == "mkl" else None
     layout = not b.flags.c_contiguous
     if rows == 1:
         return _mkl if (_one_row or one_row())[layout] == "mkl" else None
@@ -288,7 +272,7 @@ def _library(b, rows):
 def _kernel_takes(x, w):
     """Whether the few-rows kernel multiplies x (B, k) by the shared weight w in the mode in use:
     plain host arrays (not a subclass numba would not type) of one native float32/float64."""
-    if _mode_in_use != "auto" or x.__class__ is not np.ndarray or w.__class__ is not np.ndarray:
+    if settings.blas != "auto" or x.__class__ is not np.ndarray or w.__class__ is not np.ndarray:
         return False
     if (x.ndim != 2 or w.ndim != 2 or x.dtype != w.dtype or x.dtype.char not in "fd" or not x.dtype.isnative
             or x.shape[1] != w.shape[0]):
@@ -305,7 +289,7 @@ def _kernel_takes(x, w):
 def mkl_sums(rows):
     """Whether add_product(c, a, b) summing over `rows` rows (a C-ordered b) sums by MKL
     straight into c (beta=1), rather than by numpy's product and a += pass over c."""
-    return _mkl is not None and _mode_in_use != "numpy" and rows < numpy_from()[0]
+    return _mkl is not None and settings.blas != "numpy" and rows < numpy_from()[0]
 
 
 @contextlib.contextmanager
@@ -474,7 +458,7 @@ def _mkl_shared_product(x, w):
 
 _initial_mode = _mode()
 _mkl = _load(_initial_mode)
-_mode_in_use = "mkl" if _mkl is not None and _initial_mode == "mkl" else "numpy" if _initial_mode == "numpy" else "auto"
+settings.blas = "auto" if _initial_mode == "mkl" and _mkl is None else _initial_mode
 _kernel_below = None    # "auto": kernel_below()'s measured row counts
 _numpy_from = None  # "auto": numpy_from()'s measured row counts
 _one_row = None     # "auto": one_row()'s measured choices
