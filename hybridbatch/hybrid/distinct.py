@@ -1,12 +1,12 @@
 """Rows with equal keys computed once: the part of a block program that depends only on one
 integer argument runs once per distinct value of it in a batch.
 
-W1's leaf block looks its word up, multiplies it by W_iou and runs the gates, so every leaf
-of one word computes the same h and c; an SST minibatch of 64 trees repeats about half of
-its 1,200 words. The leaf batch then runs that part on the distinct words and copies rows
-out to the calls (forward), and sums the copies' gradients back per word (backward). The
-math is the same: no step mixes rows, so a row's value depends on its own key alone.
-`hb.settings.distinct_rows` turns it on and off (config.py).
+A Tree-LSTM's leaf block looks its word up, multiplies it by W_iou and runs the gates, so
+every leaf of one word computes the same h and c; a minibatch of 64 sentence trees repeats
+about half of its 1,200 words. The leaf batch then runs that part on the distinct words and
+copies rows out to the calls (forward), and sums the copies' gradients back per word
+(backward). The math is the same: no step mixes rows, so a row's value depends on its own
+key alone. `hb.settings.distinct_rows` turns it on and off (config.py).
 """
 import numpy as np
 

@@ -2,13 +2,13 @@
 installed, numpy's BLAS otherwise.
 
 Why not numpy alone: a recursive model multiplies the same weight by one small block of rows
-per tree level. numpy's OpenBLAS packs the whole weight (2.6 MB for W1's U) again on every
-call, so levels of fewer than 128 rows run at 13-67 GFLOP/s on this project's machine. MKL's
-packed GEMM (`cblas_sgemm_pack` + `cblas_sgemm_compute`) packs a weight once and reuses it:
-inside `packing()` (one forward run, one backward run) a shared weight is packed on its
-second product and dropped at the end, so nothing stale survives a parameter update. Fewer
-rows still are best served by streaming the weight once (`few_rows.py`): 2-4x faster than
-either library below 16 rows there.
+per tree level. numpy's OpenBLAS packs the whole weight (2.6 MB for a 1280 x 512 float32
+one) again on every call, so levels of fewer than 128 rows run at 13-67 GFLOP/s on this
+project's machine. MKL's packed GEMM (`cblas_sgemm_pack` + `cblas_sgemm_compute`) packs a
+weight once and reuses it: inside `packing()` (one forward run, one backward run) a shared
+weight is packed on its second product and dropped at the end, so nothing stale survives a
+parameter update. Fewer rows still are best served by streaming the weight once
+(`few_rows.py`): 2-4x faster than either library below 16 rows there.
 
 Why not MKL alone: on some CPUs numpy's OpenBLAS runs larger products faster (an AMD EPYC
 here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up with OpenBLAS's AVX2 kernels,
@@ -47,6 +47,9 @@ SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by num
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
 ROWS_TRIED = (2, 4, 8, 16, 32, 64, 128, 256, 512)     # the row counts the calibration times (and 1)
 NUMPY_MARGIN = 0.95     # the calibration divides numpy's measured times by this: MKL keeps near-ties
+# The weight the calibration times (float32, 2.6 MB): a large shared weight, where the
+# libraries' rates differ most; the routes measured on it serve every shape.
+CALIBRATION_WEIGHT = (1280, 512)
 
 
 def _library_path():
@@ -174,10 +177,10 @@ def flip_below():
     """Rows below which numpy multiplies x by a transposed weight as (W x^T)^T (`_numpy_product`).
 
     Which layout OpenBLAS runs faster depends on its kernels: on the AMD EPYC here its AVX-512
-    ones run the flipped product 1.1-2.5x faster below 128 rows of W1's U, its AVX2 ones 8-13%
-    faster below 16 rows and 3-15% slower from 32 (a C-ordered weight's flip was never more
-    than 4% faster, and up to 20% slower). So it is measured once with ROWS_TRIED, the same
-    least-total-cost rule choosing the count."""
+    ones run the flipped product 1.1-2.5x faster below 128 rows of a 1280 x 512 weight, its
+    AVX2 ones 8-13% faster below 16 rows and 3-15% slower from 32 (a C-ordered weight's flip
+    was never more than 4% faster, and up to 20% slower). So it is measured once with
+    ROWS_TRIED, the same least-total-cost rule choosing the count."""
     if _flip_below is None:
         _calibrate()
     return _flip_below
@@ -185,7 +188,7 @@ def flip_below():
 
 def _calibrate(rounds=3):
     """Measure flip_below() and, in "auto", kernel_below(), numpy_from() and one_row(), once
-    per process (about 0.5 s), on W1's U (1280 x 512) in both layouts (x @ W.T, a layer's
+    per process (about 0.5 s), on CALIBRATION_WEIGHT in both layouts (x @ W.T, a layer's
     forward; g @ W, its input gradient): for 1 and each of ROWS_TRIED rows, the best of 3
     runs of each library (MKL packed), numpy's times counted NUMPY_MARGIN slower. The
     splits are those of least total time over the sizes, so that one noisy size seldom
@@ -195,7 +198,7 @@ def _calibrate(rounds=3):
         if _flip_below is not None and (_numpy_from is not None or settings.blas != "auto"):
             return
         rng = np.random.default_rng(0)
-        w = rng.standard_normal((1280, 512), dtype=np.float32)
+        w = rng.standard_normal(CALIBRATION_WEIGHT, dtype=np.float32)
         routes = []
         with packing():
             for weight in (w, w.T):
@@ -308,7 +311,7 @@ def packing():
 @njit(cache=True)
 def address(a):
     """a's data pointer: a fifth of the cost of `a.ctypes.data` (which builds a
-    Python object per call; a W1 step reads some 300 of them)."""
+    Python object per call; a Tree-LSTM training step reads some 300 of them)."""
     return a.ctypes.data
 
 
@@ -341,7 +344,8 @@ def gemm(a, b, library=None):
 def add_product(c, a, b):
     """c += a @ b in place, routed like `gemm`. With MKL one GEMM with beta=1 when c is a
     C-contiguous host array of the product's dtype: no product temporary and no second pass
-    over c (a weight's gradient: 2.6 MB for W1's U). c must not overlap a or b."""
+    over c (a weight's gradient: 2.6 MB for a 1280 x 512 float32 one). c must not overlap a
+    or b."""
     lib = _library(b, a.shape[1])
     ops = _mkl_operands(lib, a, b)
     if ops is None or not _accumulator(c, a, b):
@@ -385,12 +389,13 @@ def _gemm(lib, a, b):
 
 def _packed(w0, transposed):
     """The packed form of op(w0) in this packing() scope, or None on the weight's first
-    product: a weight used once (a leaf layer) is not worth its packing (~1 ms for W1's U).
+    product: a weight used once (a leaf layer) is not worth its packing (~1 ms for 1280 x 512).
 
     MKL is told PACK_ROWS rows whatever the batch: packed for a batch of under 16 rows (a
     tree's top levels, where backward starts), its form runs every later product of 32-400
     rows at about 60% of the speed of one packed for 128 rows or more, while batches of 2-8
-    rows run as fast either way (W1 step, four in-process A/Bs: 0.949, 0.958, 0.966, 0.989).
+    rows run as fast either way (Tree-LSTM training step, four in-process A/Bs: 0.949, 0.958,
+    0.966, 0.989).
     """
     cache = _state.packed
     key = (address(w0), w0.shape, w0.dtype.char, transposed)

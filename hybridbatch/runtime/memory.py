@@ -3,20 +3,20 @@ reuse the arenas of earlier flushes.
 
 Every flush allocates arenas, gradient arenas and kernel temporaries of a few MB, and frees
 them at the end of the step. glibc hands blocks that large to mmap and back to the kernel on
-free, so the next step touches fresh pages: one page fault per 4 KB, about 5-10% of a W1
-training step on this project's machine. Raising the mmap threshold (glibc's maximum, 32 MB)
+free, so the next step touches fresh pages: one page fault per 4 KB, about 5-10% of a
+Tree-LSTM training step on this project's machine. Raising the mmap threshold (glibc's maximum, 32 MB)
 and the trim threshold makes freed blocks stay in the heap for the next step, as a caching
 allocator would. The price: the process's resident memory does not shrink after a peak.
 
 Applied once at import; set HYBRIDBATCH_KEEP_MEMORY=0 to leave malloc as it was. Other C
 libraries (musl, macOS) are left alone.
 
-Even from the heap, a new multi-MB array per arena and flush still cost W2 about 3.5% of a
-training step (in-process A/B, W1 1.2%; numpy also asks the kernel for huge pages on every
-allocation of 4 MB or more). So host arenas and gradient arenas come from a pool of
-buffers (`empty`, `zeros`), the way a caching allocator keeps device memory: a buffer is
-handed out again once nothing refers to it, which its reference count tells (every numpy
-view keeps its base alive), so no scope has to give its arenas back. Each thread's pool
+Even from the heap, a new multi-MB array per arena and flush still cost a BiLSTM tagger
+about 3.5% of a training step (in-process A/B, a Tree-LSTM 1.2%; numpy also asks the kernel
+for huge pages on every allocation of 4 MB or more). So host arenas and gradient arenas come
+from a pool of buffers (`empty`, `zeros`), the way a caching allocator keeps device memory: a
+buffer is handed out again once nothing refers to it, which its reference count tells (every
+numpy view keeps its base alive), so no scope has to give its arenas back. Each thread's pool
 keeps at most `settings.pool_limit` bytes.
 """
 import ctypes
