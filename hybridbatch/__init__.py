@@ -18,10 +18,7 @@ from .train.parameter import Parameter
 from .train.parameter_dict import ParameterDict
 from .train.optim import Trainer
 from .record.scope import batching, Stats
-from .runtime.plan_cache import set_plan_cache_size
-from .hybrid.trace import set_fusion
-from .hybrid.distinct import set_distinct_rows
-from .kernels.blas import use as set_blas, name as blas_library
+from .config import settings, set_fusion, set_distinct_rows, set_plan_cache_size, set_blas, blas_library
 
 __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", "tanh", "sigmoid", "relu", "exp", "log",
@@ -30,5 +27,5 @@ __all__ = [
     "BackwardError", "NumericsError", "Future", "Parameter", "batching", "Stats",
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows",
-    "learn_policy", "FSMPolicy", "set_blas", "blas_library",
+    "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
 ]

@@ -1,14 +1,12 @@
 """Fixtures shared by the test modules; plain helpers are in helpers.py and graphs.py."""
 import pytest
 
-from hybridbatch.kernels import blas
+import hybridbatch as hb
 from helpers import needs_mkl
 
 
 @pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl), pytest.param("auto", marks=needs_mkl)])
 def library(request):
     """Each test on numpy's BLAS, and where MKL is loaded on MKL and on the automatic choice."""
-    before = blas.name()
-    blas.use(request.param)
-    yield request.param
-    blas.use(before)
+    with hb.settings(blas=request.param):
+        yield request.param

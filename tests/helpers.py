@@ -1,18 +1,16 @@
 """Helpers shared by the test modules (fixtures are in conftest.py, graphs for the scheduling
 tests in graphs.py): running a function eagerly and at each granularity, the MKL marker and
-operands for host products, the fusion switch, a block whose second output has an infinite
+operands for host products, a block whose second output has an infinite
 derivative, and the example scripts run as a user runs them."""
 import os
 import pathlib
 import subprocess
 import sys
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch.hybrid.trace import FUSION
 from hybridbatch.kernels import blas
 
 # ---------------------------------------------------------------------------------------
@@ -92,17 +90,6 @@ def transposed_operands(rng, dtype, ta, tb, m, k, n):
 # ---------------------------------------------------------------------------------------
 # Blocks and switches
 # ---------------------------------------------------------------------------------------
-@contextmanager
-def fusion(enabled):
-    """Fused elementwise kernels on (or off) inside the block, as they were after it."""
-    before = FUSION["enabled"]
-    hb.set_fusion(enabled)
-    try:
-        yield
-    finally:
-        hb.set_fusion(before)
-
-
 class _LogOfRelu(hb.HybridBlock):
     """A second output with an infinite local derivative where relu gives 0."""
 

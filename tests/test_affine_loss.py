@@ -8,7 +8,6 @@ import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.errors import NumericsError
 from hybridbatch.kernels import softmax
-from helpers import fusion
 
 FOLDED = "affine_pick_neg_log_softmax"
 
@@ -75,7 +74,7 @@ def _run(mode, fused=True, xs=None, also_logits=False):
         losses = [block(x, i % 3) for i, x in enumerate(xs)]
         return hb.add_n([(o[0] if also_logits else o) * (1.0 + i) for i, o in enumerate(losses)])
 
-    with fusion(fused):
+    with hb.settings(fusion=fused):
         if mode == "eager":
             loss = summed()
         else:

@@ -86,7 +86,7 @@ def test_no_distinct_rows_runs_every_row_and_says_so(tmp_path, capsys, monkeypat
     assert cli.main(args) == 0
     assert json.loads(out.read_text())["config"]["distinct_rows"] is False
     assert "distinct rows off" in capsys.readouterr().out
-    assert seen == [] and distinct.DISTINCT["enabled"]       # restored after the run
+    assert seen == [] and hb.settings.distinct_rows       # restored after the run
 
 
 def test_sweep_writes_png_and_json(tmp_path, capsys):

@@ -65,15 +65,15 @@ def test_packed_products_match_for_every_batch_size(library, dtype):
 @needs_mkl
 def test_a_weight_changed_between_scopes_is_packed_again():
     """Packs live for one scope: an update between runs is always seen."""
-    blas.use("mkl")
     rng = np.random.default_rng(3)
     w = rng.standard_normal((16, 8)).astype(np.float32)
     x = rng.standard_normal((5, 8)).astype(np.float32)
-    for step in range(3):
-        with blas.packing():
-            for _ in range(3):      # the second product packs, the third reuses the pack
-                np.testing.assert_allclose(blas.shared_product(x, w.T), x @ w.T, rtol=1e-5, atol=1e-5)
-        w += 1.0                    # an in-place update, as the optimizer makes
+    with hb.settings(blas="mkl"):
+        for step in range(3):
+            with blas.packing():
+                for _ in range(3):      # the second product packs, the third reuses the pack
+                    np.testing.assert_allclose(blas.shared_product(x, w.T), x @ w.T, rtol=1e-5, atol=1e-5)
+            w += 1.0                    # an in-place update, as the optimizer makes
 
 
 @needs_mkl
@@ -84,18 +84,19 @@ def test_batched_tree_model_under_mkl_equals_eager_under_numpy():
     model.hybridize()
     params = model.parameters()
     results = {}
-    for lib in ("numpy", "mkl"):
-        hb.set_blas(lib)
-        for p in params:
-            p.zero_grad()
-        if lib == "numpy":
-            loss = hb.add_n([model.tree_loss(t) for t in trees])
-        else:
-            with hb.batching():
+    with hb.settings(blas="numpy"):     # on exit, the mode is put back whatever hb.set_blas chose
+        for lib in ("numpy", "mkl"):
+            hb.set_blas(lib)
+            for p in params:
+                p.zero_grad()
+            if lib == "numpy":
                 loss = hb.add_n([model.tree_loss(t) for t in trees])
-        loss.backward()
-        results[lib] = (float(loss.item()), [p.grad.copy() for p in params])
-    assert hb.blas_library() == "mkl"
+            else:
+                with hb.batching():
+                    loss = hb.add_n([model.tree_loss(t) for t in trees])
+            loss.backward()
+            results[lib] = (float(loss.item()), [p.grad.copy() for p in params])
+        assert hb.blas_library() == "mkl"
     (l_np, g_np), (l_mkl, g_mkl) = results["numpy"], results["mkl"]
     assert l_mkl == pytest.approx(l_np, rel=1e-5)
     for a, b in zip(g_np, g_mkl):
@@ -104,15 +105,13 @@ def test_batched_tree_model_under_mkl_equals_eager_under_numpy():
 
 def test_use_names_the_choices():
     with pytest.raises(ValueError, match="expected 'auto', 'mkl' or 'numpy'"):
-        blas.use("openblas")
+        hb.set_blas("openblas")
 
 
 @pytest.fixture
 def auto_mode():
-    before = blas.name()
-    blas.use("auto")
-    yield
-    blas.use(before)
+    with hb.settings(blas="auto"):
+        yield
 
 
 @needs_mkl
@@ -205,7 +204,7 @@ def test_auto_sends_few_rows_to_the_kernel(auto_mode, monkeypatch, kernel_below)
     for a, b in ((x, w), (x.astype(np.float32), w.astype(np.float64)), (x.astype(np.float32), w[:, ::2]),
                  (x.astype(swapped.dtype), swapped), (x.astype(np.float32).view(_Subclass), w)):
         np.testing.assert_allclose(blas.shared_product(a, b), a @ b, rtol=1e-5, atol=1e-4)
-    blas.use("numpy")
+    hb.settings.blas = "numpy"
     blas.shared_product(x, w.astype(np.float64))
     assert took == [] and blas.kernel_below() == (0, 0)
 
@@ -240,11 +239,11 @@ def test_numpy_from_is_measured_once_and_follows_the_mode(auto_mode, monkeypatch
     assert all(k in bounds for k in blas.kernel_below())
     monkeypatch.setattr(blas, "_calibrate", lambda: pytest.fail("measured twice"))
     assert blas.numpy_from() == measured
-    blas.use("mkl")
-    assert blas.numpy_from() == (math.inf, math.inf) and blas.name() == "mkl"
+    hb.settings.blas = "mkl"
+    assert blas.numpy_from() == (math.inf, math.inf) and hb.blas_library() == "mkl"
     assert blas.one_row() == ("mkl", "mkl") and blas.kernel_below() == (0, 0)
-    blas.use("numpy")
-    assert blas.numpy_from() == (0, 0) and blas.name() == "numpy"
+    hb.settings.blas = "numpy"
+    assert blas.numpy_from() == (0, 0) and hb.blas_library() == "numpy"
     assert blas.one_row() == ("numpy", "numpy") and blas.kernel_below() == (0, 0)
 
 
@@ -284,9 +283,7 @@ def test_flip_below_is_measured_once_in_every_mode(monkeypatch):
     for mode in ("numpy", "auto") if blas.available() else ("numpy",):
         monkeypatch.setattr(blas, "_flip_below", None)
         monkeypatch.setattr(blas, "_numpy_from", None)
-        before = blas.name()
-        blas.use(mode)
-        try:
+        with hb.settings(blas=mode):
             found = blas.flip_below()
             assert found in (0,) + blas.ROWS_TRIED[1:] + (2 * blas.ROWS_TRIED[-1],)
             if mode == "auto":
@@ -294,5 +291,3 @@ def test_flip_below_is_measured_once_in_every_mode(monkeypatch):
             monkeypatch.setattr(blas, "_calibrate", lambda: pytest.fail("measured twice"))
             assert blas.flip_below() == found
             monkeypatch.undo()
-        finally:
-            blas.use(before)

@@ -474,9 +474,7 @@ def _assert_gradients_like_eager(blocks, loss, fused=True):
     """Every parameter's gradient of loss() in op and block mode equals eager's (finite),
     the blocks hybridized with fusion on or off (log(0)'s warnings silenced)."""
     params = [p for b in blocks for p in b.collect_params().values()]
-    before = hb.hybrid.trace.FUSION["enabled"]
-    hb.set_fusion(fused)
-    try:
+    with hb.settings(fusion=fused):
         for b in blocks:
             b.hybridize()
         grads = {}
@@ -486,8 +484,6 @@ def _assert_gradients_like_eager(blocks, loss, fused=True):
                     p.zero_grad()
                 recorded(mode, loss).backward()
                 grads[mode] = [p.grad.copy() for p in params]
-    finally:
-        hb.set_fusion(before)
     assert all(np.isfinite(g).all() for g in grads["eager"])
     for mode in ("op", "block"):
         for got, want in zip(grads[mode], grads["eager"]):

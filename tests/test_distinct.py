@@ -1,6 +1,5 @@
 """A block's integer-keyed part runs once per distinct key (hybridbatch/distinct.py): values
 and gradients equal the per-row run and eager mode, whole or partial backward, fused or not."""
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -10,7 +9,6 @@ import hybridbatch as hb
 from hybridbatch.hybrid import distinct
 from hybridbatch import nn
 from hybridbatch.errors import NumericsError
-from hybridbatch.hybrid.trace import FUSION
 
 WORDS = [3, 1, 3, 0, 7, 1, 3, 3, 9, 0, 1, 7] * 4       # 48 calls, 5 distinct words
 
@@ -32,25 +30,13 @@ class Leaf(hb.HybridBlock):
         return h, hb.pick_neg_log_softmax(self.out(h), label)
 
 
-@contextmanager
-def switches(shared=True, fused=True):
-    before = distinct.DISTINCT["enabled"], FUSION["enabled"]
-    hb.set_distinct_rows(shared)
-    hb.set_fusion(fused)
-    try:
-        yield
-    finally:
-        hb.set_distinct_rows(before[0])
-        hb.set_fusion(before[1])
-
-
 def _run(mode, reached=None, shared=True, fused=True, words=WORDS):
     """(loss, per-call h, gradients) of the calls on `words`; reached: the calls the loss reads."""
     block = Leaf()
     block.hybridize()
     params = list(block.collect_params().values())
     reached = range(len(words)) if reached is None else reached
-    with switches(shared, fused):
+    with hb.settings(distinct_rows=shared, fusion=fused):
         if mode == "eager":
             outs = [block(w, i % 3) for i, w in enumerate(words)]
             loss = hb.add_n([outs[i][1] + hb.sum(outs[i][0] * (1.0 + i)) for i in reached])
@@ -118,7 +104,8 @@ def test_the_keyed_part_is_the_words_layers_not_the_labels_loss():
 
 def test_few_rows_or_mostly_distinct_keys_run_every_row():
     part = distinct.KeyedPart([], [], set(), (), 0)
-    assert part.split(np.zeros(distinct.MIN_ROWS - 1, np.int64), distinct.MIN_ROWS - 1) is None
+    few = hb.settings.distinct_min_rows - 1
+    assert part.split(np.zeros(few, np.int64), few) is None
     assert part.split(np.arange(40), 40) is None
     first, inverse = part.split(np.array([5, 2, 5, 5] * 8), 32)
     assert list(first) == [0, 1] and list(inverse[:4]) == [0, 1, 0, 0]     # keys in first-row order
@@ -146,7 +133,7 @@ def test_nan_from_a_shared_row_names_its_first_call():
         block = Leaf()
         block.hybridize()
         block.emb.data[7] = np.nan          # word 7: calls 4, 11, ...
-        with switches(shared), pytest.raises(NumericsError) as err:
+        with hb.settings(distinct_rows=shared), pytest.raises(NumericsError) as err:
             with hb.batching(granularity="block", check_numerics=True):
                 [block(w, i % 3) for i, w in enumerate(WORDS)]
         return str(err.value)
@@ -158,7 +145,7 @@ def test_nan_from_a_shared_row_names_its_first_call():
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_keys_and_reached_calls_match_every_row_run(data):
-    """Any repetition pattern (all one word, all distinct, around MIN_ROWS and MAX_SHARE)
+    """Any repetition pattern (all one word, all distinct, around distinct_min_rows and distinct_max_share)
     and any reached subset: shared rows give what running every row gives."""
     n = data.draw(st.integers(1, 40), label="calls")
     words = data.draw(st.lists(st.integers(0, 9), min_size=n, max_size=n), label="words")
@@ -191,7 +178,7 @@ def test_inf_gradient_from_a_shared_row_names_its_first_call(bad, node, reached)
         block = Reciprocal()
         block.hybridize()
         block.emb.data[bad] = 1e-20
-        with switches(shared), pytest.raises(NumericsError) as err:
+        with hb.settings(distinct_rows=shared), pytest.raises(NumericsError) as err:
             with hb.batching(granularity="block", check_numerics=True):
                 outs = [block(w) for w in WORDS]
                 hb.add_n([hb.sum(outs[i]) for i in (reached or range(len(WORDS)))]).backward()

@@ -60,15 +60,13 @@ def test_nan_and_inf_propagate_as_in_numpy():
 @pytest.fixture
 def kernel_everywhere(monkeypatch):
     """"auto" with every shared weight's product in the kernel, one row included."""
-    before = blas.name()
-    blas.use("auto")
     monkeypatch.setattr(blas, "_kernel_below", (10 ** 9, 10 ** 9))
     monkeypatch.setattr(blas, "_one_row", ("kernel", "kernel"))
     calls = []
     kernel = few_rows.product
     monkeypatch.setattr(few_rows, "product", lambda x, w: calls.append(x.shape) or kernel(x, w))
-    yield calls
-    blas.use(before)
+    with hb.settings(blas="auto"):
+        yield calls
 
 
 def test_batched_tree_model_with_the_kernel_equals_eager_under_numpy(kernel_everywhere):
@@ -80,7 +78,7 @@ def test_batched_tree_model_with_the_kernel_equals_eager_under_numpy(kernel_ever
     params = model.parameters()
     results = {}
     for run in ("numpy", "kernel eager", "kernel batched"):
-        blas.use("numpy" if run == "numpy" else "auto")
+        hb.settings.blas = "numpy" if run == "numpy" else "auto"
         for p in params:
             p.zero_grad()
         if run == "kernel batched":

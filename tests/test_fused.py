@@ -13,8 +13,7 @@ from hybridbatch import nn
 from hybridbatch.kernels import fused, vector_width
 from hybridbatch.kernels.fused import FusedRun
 from hybridbatch.kernels.vector_width import WIDE_VECTORS
-from hybridbatch.hybrid.trace import FUSION
-from helpers import _LogOfRelu, fusion, recorded
+from helpers import _LogOfRelu, recorded
 
 
 def _tree_lstm_step(fused, hidden=6):
@@ -23,7 +22,7 @@ def _tree_lstm_step(fused, hidden=6):
     head.hybridize()
     params = list(cell.collect_params().values()) + list(head.collect_params().values())
     rng = np.random.default_rng(0)
-    with fusion(fused):
+    with hb.settings(fusion=fused):
         with hb.batching(granularity="block"):
             leaves = [cell(rng.standard_normal(4).astype(np.float32)) for _ in range(6)]
             a = cell(leaves[0], leaves[1])
@@ -50,7 +49,7 @@ def test_lstm_gate_math_fuses_into_one_run():
     with hb.batching(granularity="block"):
         cell(np.ones(3, np.float32), np.zeros(5, np.float32), np.zeros(5, np.float32))
     program = next(iter(cell._programs.values()))
-    with fusion(True):
+    with hb.settings(fusion=True):
         runs = [u for u in program.units(np) if isinstance(u, FusedRun)]
     assert len(runs) == 1                                 # everything after the affine
     assert len(runs[0].steps) >= 10 and sorted(runs[0].outputs) == sorted(program.outputs)
@@ -88,7 +87,7 @@ def test_a_fused_run_writes_block_outputs_into_their_arena_rows():
 
 
 def test_fusion_is_on_by_default():
-    assert FUSION["enabled"]
+    assert hb.settings.fusion
 
 
 class GateMath(hb.HybridBlock):
@@ -102,7 +101,7 @@ class GateMath(hb.HybridBlock):
 def _gate_math(fused, x, y):
     block = GateMath()
     block.hybridize()
-    with fusion(fused):
+    with hb.settings(fusion=fused):
         with hb.batching(granularity="block"):
             outs = [block(a, b) for a, b in zip(x, y)]
             vals = [(p.asnumpy(), q.asnumpy()) for p, q in outs]
@@ -141,7 +140,7 @@ def test_float64_blocks_keep_float64_precision():
         block = Gate()
         block.hybridize()
         w.zero_grad()
-        with fusion(fused), hb.batching(granularity="block"):
+        with hb.settings(fusion=fused), hb.batching(granularity="block"):
             loss = hb.sum(hb.add_n([block(a, b) for a, b in zip(x, y)]))
         loss.backward()
         return loss.item(), w.grad.copy()
@@ -210,14 +209,14 @@ def _gates_step(variant, fused):
     block = Gates(w, b, variant)
     block.hybridize()
     cs = rng.standard_normal((6, 8)).astype(np.float32)
-    with fusion(fused), hb.batching(granularity="block"):
+    with hb.settings(fusion=fused), hb.batching(granularity="block"):
         outs = [block(hb.lookup(emb, k), c) for k, c in enumerate(cs)]
         parts = [hb.sum(o * o) if not isinstance(o, tuple) else hb.sum(o[0] * o[0]) + hb.sum(o[1] * 1.5)
                  for o in outs]
         loss = hb.add_n(parts)
-    with fusion(not fused):     # backward follows the forward's plan, whatever the switch says now
+    with hb.settings(fusion=not fused):     # backward follows the forward's plan, whatever the switch says now
         loss.backward()
-    with fusion(fused):
+    with hb.settings(fusion=fused):
         units = next(iter(block._programs.values())).units(np)
     return loss.item(), [p.grad.copy() for p in (w, b, emb)], units
 
@@ -278,7 +277,7 @@ def _slices_step(second, mode, rows, reached=range(6)):
     emb.data[...] = rows
     block = Slices(second)
     block.hybridize()
-    with fusion(mode == "fused"), np.errstate(all="ignore"):
+    with hb.settings(fusion=mode == "fused"), np.errstate(all="ignore"):
         if mode == "eager":
             outs = [block(hb.lookup(emb, k)) for k in range(len(rows))]
             loss = hb.add_n([hb.sum(outs[k] * (1.0 + k)) for k in reached])
@@ -377,7 +376,7 @@ def test_a_dead_branch_leaves_the_live_gradients_finite(fused):
     block = _DeadLogBranch()
     xs = [np.array([1.0, -2.0, 0.5], np.float32), np.array([-1.0, 0.3, 2.0], np.float32)]
     grads = {}
-    with fusion(fused), np.errstate(divide="ignore", invalid="ignore"):
+    with hb.settings(fusion=fused), np.errstate(divide="ignore", invalid="ignore"):
         block.hybridize()
         for mode in ("eager", "op", "block"):
             block.W.zero_grad()

@@ -80,11 +80,10 @@ def test_an_initializer_must_make_the_parameters_shape_and_dtype():
 
 @pytest.mark.parametrize("bad, error", [(-1, ValueError), (2.5, TypeError), (True, TypeError)])
 def test_plan_cache_size_must_be_a_count(bad, error):
-    from hybridbatch.runtime.plan_cache import CACHE
-    before = CACHE.capacity
-    with pytest.raises(error, match="plan cache size"):
+    before = hb.settings.plan_cache_size
+    with pytest.raises(error, match="plan_cache_size"):
         hb.set_plan_cache_size(bad)
-    assert CACHE.capacity == before
+    assert hb.settings.plan_cache_size == before
 
 
 def test_iterating_a_future_follows_numpy():
@@ -118,8 +117,9 @@ def test_a_cached_schedule_is_reused_only_for_the_same_depths():
             hb.sigmoid(a), hb.sigmoid(b)       # the same two nodes after either chain
         return scope.plans[-1]
 
-    hb.set_plan_cache_size(32)
-    second_flush(3)
-    shallow = second_flush(0)
+    with hb.settings(plan_cache_size=32):
+        second_flush(3)
+        shallow = second_flush(0)
+        reused = second_flush(0)
     assert shallow.n_batches == 1              # both sigmoids at depth 3: one batch
-    assert second_flush(0).cache_hit           # the same depths again: reused
+    assert reused.cache_hit                    # the same depths again: reused

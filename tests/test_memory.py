@@ -59,18 +59,18 @@ def test_small_arrays_and_other_array_modules_are_not_pooled():
     assert small.base is None
 
 
-def test_a_thread_pools_at_most_pool_limit_bytes(monkeypatch):
+def test_a_thread_pools_at_most_pool_limit_bytes():
     def pool_in_new_thread():
         kept = []
         arrays = [memory.empty(np, (300 + 40 * k, 256), np.float32) for k in range(6)]   # six size classes
         kept.append(sum(b.nbytes for bufs in memory._pools.by_size.values() for b in bufs))
         kept.append(memory._pools.held)
         return arrays, kept
-    monkeypatch.setattr(memory, "POOL_LIMIT", 1 << 20)
     out = []
     thread = threading.Thread(target=lambda: out.append(pool_in_new_thread()))
-    thread.start()
-    thread.join()
+    with hb.settings(pool_limit=1 << 20):          # process-wide: the new thread sees it
+        thread.start()
+        thread.join()
     arrays, (pooled, held) = out[0]
     assert pooled == held <= 1 << 20 < sum(a.nbytes for a in arrays)
 

@@ -436,16 +436,15 @@ def test_random_dag_batched_equals_eager(seed):
 def every_shared_product_in_the_few_rows_kernel():
     """"auto" with the kernel taking every shared weight's product, however small the
     weight and whatever the rows (one row included); yields the row counts it ran."""
-    saved = blas.name(), blas.SMALL_WEIGHT, blas._kernel_below, blas._one_row, few_rows.product
+    saved = blas.SMALL_WEIGHT, blas._kernel_below, blas._one_row, few_rows.product
     rows = []
-    blas.use("auto")
     blas.SMALL_WEIGHT, blas._kernel_below, blas._one_row = 0, (10 ** 9, 10 ** 9), ("kernel", "kernel")
     few_rows.product = lambda x, w: rows.append(x.shape[0]) or saved[-1](x, w)
     try:
-        yield rows
+        with hb.settings(blas="auto"):
+            yield rows
     finally:
-        blas.use(saved[0])
-        blas.SMALL_WEIGHT, blas._kernel_below, blas._one_row, few_rows.product = saved[1:]
+        blas.SMALL_WEIGHT, blas._kernel_below, blas._one_row, few_rows.product = saved
 
 
 @settings(**dict(SETTINGS, max_examples=8))

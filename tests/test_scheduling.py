@@ -282,13 +282,10 @@ def test_a_custom_policy_returning_an_invalid_schedule_is_a_clear_error(make, pr
 
     expected = model().asnumpy()
     for cache_size in (32, 0):
-        hb.set_plan_cache_size(cache_size)
-        try:
+        with hb.settings(plan_cache_size=cache_size):
             with pytest.raises(ValueError, match=f"policy broken returned an invalid schedule: .*{problem}"):
                 with hb.batching(policy=broken):
                     model()
-        finally:
-            hb.set_plan_cache_size(32)
     with hb.batching(policy=lambda view: _joined(_batches_of(view))):    # a valid one still runs
         y = model()
     np.testing.assert_allclose(y.asnumpy(), expected, rtol=1e-6)

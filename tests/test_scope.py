@@ -169,18 +169,17 @@ def test_identical_structure_reuses_its_schedule(cell):
             ys = [step(W, b, np.zeros(3, np.float32), np.full(2, i + offset, np.float32)) for i in range(5)]
         return scope, [y.asnumpy() for y in ys]
 
-    hb.set_plan_cache_size(32)
-    first, _ = minibatch(0.0)
-    again, values = minibatch(1.0)          # same structure, other values
+    with hb.settings(plan_cache_size=32):
+        first, _ = minibatch(0.0)
+        again, values = minibatch(1.0)          # same structure, other values
+        with hb.batching() as other:            # a different structure misses
+            step(W, b, step(W, b, np.zeros(3, np.float32), np.ones(2, np.float32)), np.ones(2, np.float32))
     assert again.stats.plan_cache_hits == 1 and again.stats.plan_cache_hit_rate == 1.0
     np.testing.assert_allclose(values[0], np.tanh(W.data @ np.r_[np.zeros(3), np.full(2, 1.0)] + b.data), rtol=1e-6)
-    with hb.batching() as other:            # a different structure misses
-        step(W, b, step(W, b, np.zeros(3, np.float32), np.ones(2, np.float32)), np.ones(2, np.float32))
     assert other.stats.plan_cache_hits == 0
-    hb.set_plan_cache_size(0)
-    disabled, _ = minibatch(0.0)
+    with hb.settings(plan_cache_size=0):
+        disabled, _ = minibatch(0.0)
     assert disabled.stats.plan_cache_hits == 0
-    hb.set_plan_cache_size(32)
 
 
 @pytest.mark.parametrize("mode", ["eager", "op", "block"])

@@ -1,26 +1,20 @@
 """Rows with equal keys computed once: the part of a block program that depends only on one
 integer argument runs once per distinct value of it in a batch.
 
-W1's leaf block looks its word up, multiplies it by W_iou and runs the gates, so every leaf
-of one word computes the same h and c; an SST minibatch of 64 trees repeats about half of
-its 1,200 words. The leaf batch then runs that part on the distinct words and copies rows
-out to the calls (forward), and sums the copies' gradients back per word (backward). The
-math is the same: no step mixes rows, so a row's value depends on its own key alone.
+A Tree-LSTM's leaf block looks its word up, multiplies it by W_iou and runs the gates, so
+every leaf of one word computes the same h and c; a minibatch of 64 sentence trees repeats
+about half of its 1,200 words. The leaf batch then runs that part on the distinct words and
+copies rows out to the calls (forward), and sums the copies' gradients back per word
+(backward). The math is the same: no step mixes rows, so a row's value depends on its own
+key alone. `hb.settings.distinct_rows` turns it on and off (config.py).
 """
 import numpy as np
 
+from ..config import settings
 from ..kernels import scatter_add_rows
 from ..kernels.fused import FusedRun
 
-MIN_ROWS = 16       # smaller batches: np.unique and the copies cost more than they save
-MAX_SHARE = 0.75    # more distinct keys than this share of the batch: every row runs
 PRODUCTS = ("matmul", "affine")   # the work worth sharing; a part without one is not split
-DISTINCT = {"enabled": True}
-
-
-def set_distinct_rows(enabled: bool) -> None:
-    """Compute a block's integer-keyed part once per distinct key (block granularity, numpy)."""
-    DISTINCT["enabled"] = bool(enabled)
 
 
 class KeyedPart:
@@ -39,11 +33,12 @@ class KeyedPart:
 
     def split(self, ints, size):
         """(first row of each distinct key, each row's key index), or None where sharing
-        rows does not pay. Keys are numbered in the order of their first rows."""
-        if size < MIN_ROWS:
+        rows does not pay (settings.distinct_min_rows, distinct_max_share). Keys are
+        numbered in the order of their first rows."""
+        if size < settings.distinct_min_rows:
             return None
         first, inverse = _by_first_row(ints if ints.ndim == 1 else ints[:, self.column])
-        if len(first) > MAX_SHARE * size:
+        if len(first) > settings.distinct_max_share * size:
             return None
         return first, inverse
 

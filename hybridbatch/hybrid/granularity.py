@@ -1,20 +1,20 @@
 """granularity="auto": the per-block choice between one node per call and inlined ops."""
 import statistics
 
+from ..config import settings
 from ..record import signature
-
-AUTO_MIN_BATCH = 8
 
 
 def choose_granularity(plan):
     """After a flush of an "auto" scope, decide per hybridized block whether to inline it.
 
     A block is inlined from then on when its calls in this flush came in several signatures
-    (arities, shapes) AND most of its batches were small (median size below AUTO_MIN_BATCH):
-    inlined, the primitive ops of those calls batch across signatures. A block whose calls
-    batch well, or whose calls all share one signature (inlining cannot merge them), stays
-    whole: one node per call is the cheaper graph to record and schedule. The choice is kept
-    on the block (`block.auto_inline`), so it applies to later calls and scopes.
+    (arities, shapes) AND most of its batches were small (median size below
+    settings.auto_min_batch): inlined, the primitive ops of those calls batch across
+    signatures. A block whose calls batch well, or whose calls all share one signature
+    (inlining cannot merge them), stays whole: one node per call is the cheaper graph to
+    record and schedule. The choice is kept on the block (`block.auto_inline`), so it applies
+    to later calls and scopes.
     """
     seen = {}
     for sig_id, size in zip(plan.batch_sig, plan.sizes):
@@ -25,5 +25,5 @@ def choose_granularity(plan):
             sizes.append(size)
             sigs.add(sig_id)
     for owner, (sizes, sigs) in seen.items():
-        if len(sigs) >= 2 and statistics.median(sizes) < AUTO_MIN_BATCH:
+        if len(sigs) >= 2 and statistics.median(sizes) < settings.auto_min_batch:
             object.__setattr__(owner, "auto_inline", True)

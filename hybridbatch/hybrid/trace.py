@@ -11,7 +11,8 @@ import itertools
 import numpy as np
 
 from ..runtime.autograd import accumulate_param, rows_named_by
-from .distinct import DISTINCT, Distinct, keyed_part
+from .distinct import Distinct, keyed_part
+from ..config import settings
 from ..errors import HybridBatchError
 from ..record.future import Future, maker
 from ..kernels.fused import FusedRun, plan_units
@@ -28,15 +29,6 @@ INT = "int"   # an integer argument in a program's cache key
 # (`mode == "train"`, `mask is None`; as placeholders both tests were silently False), and
 # each value has its own trace.
 STATIC = (str, type(None))
-# Fuse elementwise runs of block programs into numba kernels (on by default: one pass over
-# the gates instead of one numpy pass per op, and a backward without temporaries; measured
-# in docs/architecture.md). `set_fusion(False)` runs every op through numpy instead.
-FUSION = {"enabled": True}
-
-
-def set_fusion(enabled: bool) -> None:
-    """Run elementwise runs of hybridized blocks as fused numba kernels (block granularity)."""
-    FUSION["enabled"] = bool(enabled)
 
 
 class BlockInt:
@@ -169,7 +161,7 @@ class Program:
     def units(self, xp):
         """Steps with elementwise runs fused and classifier losses folded (numpy backend,
         fusion on), planned once."""
-        if xp is not np or not FUSION["enabled"]:
+        if xp is not np or not settings.fusion:
             return self.steps
         if self._units is None:
             self._units = plan_units(fold_affine_losses(self.steps, self.outputs), self.outputs)
@@ -188,7 +180,7 @@ class Program:
         that array); the caller copies the others."""
         vals = self._inputs(xp, xs, size, self.units(xp))
         todo = vals.units
-        if xp is np and ints is not None and DISTINCT["enabled"]:
+        if xp is np and ints is not None and settings.distinct_rows:
             part = self.keyed_part(todo)
             split = None if part is None else part.split(ints, size)
             if split is not None:

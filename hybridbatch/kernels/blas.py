@@ -2,13 +2,13 @@
 installed, numpy's BLAS otherwise.
 
 Why not numpy alone: a recursive model multiplies the same weight by one small block of rows
-per tree level. numpy's OpenBLAS packs the whole weight (2.6 MB for W1's U) again on every
-call, so levels of fewer than 128 rows run at 13-67 GFLOP/s on this project's machine. MKL's
-packed GEMM (`cblas_sgemm_pack` + `cblas_sgemm_compute`) packs a weight once and reuses it:
-inside `packing()` (one forward run, one backward run) a shared weight is packed on its
-second product and dropped at the end, so nothing stale survives a parameter update. Fewer
-rows still are best served by streaming the weight once (`few_rows.py`): 2-4x faster than
-either library below 16 rows there.
+per tree level. numpy's OpenBLAS packs the whole weight (2.6 MB for a 1280 x 512 float32
+one) again on every call, so levels of fewer than 128 rows run at 13-67 GFLOP/s on this
+project's machine. MKL's packed GEMM (`cblas_sgemm_pack` + `cblas_sgemm_compute`) packs a
+weight once and reuses it: inside `packing()` (one forward run, one backward run) a shared
+weight is packed on its second product and dropped at the end, so nothing stale survives a
+parameter update. Fewer rows still are best served by streaming the weight once
+(`few_rows.py`): 2-4x faster than either library below 16 rows there.
 
 Why not MKL alone: on some CPUs numpy's OpenBLAS runs larger products faster (an AMD EPYC
 here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up with OpenBLAS's AVX2 kernels,
@@ -16,12 +16,13 @@ about twice MKL's rate with its AVX-512 ones), while MKL stays ahead on few rows
 default mode, "auto", the first product in a process times the three on a range of row
 counts (once, about 0.5 s): a shared weight's product of fewer than `kernel_below()` rows
 goes to the kernel, one of at least `numpy_from()` rows to numpy, and the rest to MKL and its
-packed weights (`one_row()` picks for a single row). `use("mkl")` sends every product to MKL,
-`use("numpy")` every one to numpy; HYBRIDBATCH_BLAS=auto|mkl|numpy picks the mode at import,
-and =numpy also keeps MKL from loading. MKL follows MKL_NUM_THREADS; when that (or
-OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no OpenMP runtime joins the
-process. Only float32/float64 C- or Fortran-ordered operands on the host go to MKL or the
-kernel; anything else (cupy arrays, other dtypes, odd strides) is numpy's.
+packed weights (`one_row()` picks for a single row). `hb.settings.blas = "mkl"` sends every
+product to MKL, "numpy" every one to numpy (config.py); HYBRIDBATCH_BLAS=auto|mkl|numpy
+picks the mode at import, and =numpy also keeps MKL from loading. MKL follows
+MKL_NUM_THREADS; when that (or OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no
+OpenMP runtime joins the process. Only float32/float64 C- or Fortran-ordered operands on
+the host go to MKL or the kernel; anything else (cupy arrays, other dtypes, odd strides) is
+numpy's.
 """
 import contextlib
 import ctypes
@@ -36,6 +37,7 @@ import numpy as np
 from numba import njit
 
 from . import few_rows
+from ..config import BLAS_MODES, settings
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 B_MATRIX, PACKED = 162, 151
@@ -45,7 +47,9 @@ SMALL_WEIGHT = 4096     # elements: smaller shared weights are multiplied by num
 PACK_ROWS = 1024        # the batch rows MKL is told when it packs a weight (see _packed)
 ROWS_TRIED = (2, 4, 8, 16, 32, 64, 128, 256, 512)     # the row counts the calibration times (and 1)
 NUMPY_MARGIN = 0.95     # the calibration divides numpy's measured times by this: MKL keeps near-ties
-MODES = ("auto", "mkl", "numpy")
+# The weight the calibration times (float32, 2.6 MB): a large shared weight, where the
+# libraries' rates differ most; the routes measured on it serve every shape.
+CALIBRATION_WEIGHT = (1280, 512)
 
 
 def _library_path():
@@ -92,7 +96,7 @@ class _MKL:
 def _mode():
     """The mode HYBRIDBATCH_BLAS asks for (an unknown one warns and is "auto")."""
     choice = os.environ.get("HYBRIDBATCH_BLAS", "").lower() or "auto"
-    if choice not in MODES:
+    if choice not in BLAS_MODES:
         warnings.warn(f"HYBRIDBATCH_BLAS={choice!r} is not 'auto', 'mkl' or 'numpy'; using 'auto' (MKL where "
                       f"it is available)", stacklevel=3)
         return "auto"
@@ -120,11 +124,6 @@ def _load(mode=None):
     return mkl
 
 
-def name():
-    """The mode in use: "auto" (measured routing, `_calibrate`), "mkl" or "numpy"."""
-    return _mode_in_use
-
-
 def available():
     """Whether MKL was found and loaded."""
     return _mkl is not None
@@ -135,23 +134,11 @@ def version():
     return _mkl.version if _mkl is not None else None
 
 
-def use(which):
-    """Send host products to MKL ("mkl"), to numpy ("numpy"), or by rows to the few-rows
-    kernel, MKL (when available) and numpy, as measured ("auto")."""
-    global _mode_in_use
-    if which not in MODES:
-        raise ValueError(f"unknown BLAS {which!r}; expected 'auto', 'mkl' or 'numpy'")
-    if which == "mkl" and _mkl is None:
-        raise RuntimeError("MKL is not available: install the `mkl` package (pip install 'hybridbatch[mkl]'), "
-                           "and do not set HYBRIDBATCH_BLAS=numpy")
-    _mode_in_use = which
-
-
 def kernel_below():
     """(rows for a C-ordered weight, rows for a transposed one): a shared weight's product
     of 2 up to this many rows (exclusive) runs in the few-rows kernel (`few_rows.py`),
     whatever numpy_from() says; 0 in "mkl" and "numpy" modes. Measured once (`_calibrate`)."""
-    if _mode_in_use != "auto":
+    if settings.blas != "auto":
         return (0, 0)
     if _kernel_below is None:
         _calibrate()
@@ -163,9 +150,9 @@ def numpy_from():
     at least the count for b's layout goes to numpy (`_library`), fewer to MKL, unless the
     few-rows kernel takes it; inf: never (MKL), 0: always. In "auto" it is measured once
     (`_calibrate`)."""
-    if _mode_in_use == "numpy":
+    if settings.blas == "numpy":
         return (0, 0)
-    if _mode_in_use == "mkl":
+    if settings.blas == "mkl":
         return (math.inf, math.inf)
     if _numpy_from is None:
         _calibrate()
@@ -179,8 +166,8 @@ def one_row():
     the AMD EPYC here, while it is 2x faster at 2-6 rows. Eager mode multiplies one row at a
     time: a slow choice here would slow the baseline that batching is measured against.
     Measured in the same calibration, with more rounds."""
-    if _mode_in_use != "auto":
-        return (_mode_in_use,) * 2
+    if settings.blas != "auto":
+        return (settings.blas,) * 2
     if _one_row is None:
         _calibrate()
     return _one_row
@@ -190,10 +177,10 @@ def flip_below():
     """Rows below which numpy multiplies x by a transposed weight as (W x^T)^T (`_numpy_product`).
 
     Which layout OpenBLAS runs faster depends on its kernels: on the AMD EPYC here its AVX-512
-    ones run the flipped product 1.1-2.5x faster below 128 rows of W1's U, its AVX2 ones 8-13%
-    faster below 16 rows and 3-15% slower from 32 (a C-ordered weight's flip was never more
-    than 4% faster, and up to 20% slower). So it is measured once with ROWS_TRIED, the same
-    least-total-cost rule choosing the count."""
+    ones run the flipped product 1.1-2.5x faster below 128 rows of a 1280 x 512 weight, its
+    AVX2 ones 8-13% faster below 16 rows and 3-15% slower from 32 (a C-ordered weight's flip
+    was never more than 4% faster, and up to 20% slower). So it is measured once with
+    ROWS_TRIED, the same least-total-cost rule choosing the count."""
     if _flip_below is None:
         _calibrate()
     return _flip_below
@@ -201,17 +188,17 @@ def flip_below():
 
 def _calibrate(rounds=3):
     """Measure flip_below() and, in "auto", kernel_below(), numpy_from() and one_row(), once
-    per process (about 0.5 s), on W1's U (1280 x 512) in both layouts (x @ W.T, a layer's
+    per process (about 0.5 s), on CALIBRATION_WEIGHT in both layouts (x @ W.T, a layer's
     forward; g @ W, its input gradient): for 1 and each of ROWS_TRIED rows, the best of 3
     runs of each library (MKL packed), numpy's times counted NUMPY_MARGIN slower. The
     splits are those of least total time over the sizes, so that one noisy size seldom
     moves them."""
     global _numpy_from, _one_row, _flip_below, _kernel_below
     with _measuring:
-        if _flip_below is not None and (_numpy_from is not None or _mode_in_use != "auto"):
+        if _flip_below is not None and (_numpy_from is not None or settings.blas != "auto"):
             return
         rng = np.random.default_rng(0)
-        w = rng.standard_normal((1280, 512), dtype=np.float32)
+        w = rng.standard_normal(CALIBRATION_WEIGHT, dtype=np.float32)
         routes = []
         with packing():
             for weight in (w, w.T):
@@ -225,7 +212,7 @@ def _calibrate(rounds=3):
                     i = _cheapest_split(flipped, numpy[1:])
                     _flip_below = _row_bound(i)
                     numpy[1:] = flipped[:i] + numpy[1 + i:]
-                if _mode_in_use != "auto":
+                if settings.blas != "auto":
                     continue
                 kernel = [_best(lambda: few_rows.product(x, weight), r) for x, r in zip(xs, tries)]
                 mkl = ([_best(lambda: _mkl_shared_product(x, weight), r) for x, r in zip(xs, tries)]
@@ -277,8 +264,8 @@ def _best(product, rounds):
 def _library(b, rows):
     """MKL or None (numpy) for a product over `rows` batch rows by the right operand b (for
     a weight's gradient G^T X, the rows summed over) in the mode in use."""
-    if _mkl is None or _mode_in_use != "auto" or b.ndim != 2:
-        return _mkl if _mode_in_use == "mkl" else None
+    if _mkl is None or settings.blas != "auto" or b.ndim != 2:
+        return _mkl if settings.blas == "mkl" else None
     layout = not b.flags.c_contiguous
     if rows == 1:
         return _mkl if (_one_row or one_row())[layout] == "mkl" else None
@@ -288,7 +275,7 @@ def _library(b, rows):
 def _kernel_takes(x, w):
     """Whether the few-rows kernel multiplies x (B, k) by the shared weight w in the mode in use:
     plain host arrays (not a subclass numba would not type) of one native float32/float64."""
-    if _mode_in_use != "auto" or x.__class__ is not np.ndarray or w.__class__ is not np.ndarray:
+    if settings.blas != "auto" or x.__class__ is not np.ndarray or w.__class__ is not np.ndarray:
         return False
     if (x.ndim != 2 or w.ndim != 2 or x.dtype != w.dtype or x.dtype.char not in "fd" or not x.dtype.isnative
             or x.shape[1] != w.shape[0]):
@@ -305,7 +292,7 @@ def _kernel_takes(x, w):
 def mkl_sums(rows):
     """Whether add_product(c, a, b) summing over `rows` rows (a C-ordered b) sums by MKL
     straight into c (beta=1), rather than by numpy's product and a += pass over c."""
-    return _mkl is not None and _mode_in_use != "numpy" and rows < numpy_from()[0]
+    return _mkl is not None and settings.blas != "numpy" and rows < numpy_from()[0]
 
 
 @contextlib.contextmanager
@@ -324,7 +311,7 @@ def packing():
 @njit(cache=True)
 def address(a):
     """a's data pointer: a fifth of the cost of `a.ctypes.data` (which builds a
-    Python object per call; a W1 step reads some 300 of them)."""
+    Python object per call; a Tree-LSTM training step reads some 300 of them)."""
     return a.ctypes.data
 
 
@@ -357,7 +344,8 @@ def gemm(a, b, library=None):
 def add_product(c, a, b):
     """c += a @ b in place, routed like `gemm`. With MKL one GEMM with beta=1 when c is a
     C-contiguous host array of the product's dtype: no product temporary and no second pass
-    over c (a weight's gradient: 2.6 MB for W1's U). c must not overlap a or b."""
+    over c (a weight's gradient: 2.6 MB for a 1280 x 512 float32 one). c must not overlap a
+    or b."""
     lib = _library(b, a.shape[1])
     ops = _mkl_operands(lib, a, b)
     if ops is None or not _accumulator(c, a, b):
@@ -401,12 +389,13 @@ def _gemm(lib, a, b):
 
 def _packed(w0, transposed):
     """The packed form of op(w0) in this packing() scope, or None on the weight's first
-    product: a weight used once (a leaf layer) is not worth its packing (~1 ms for W1's U).
+    product: a weight used once (a leaf layer) is not worth its packing (~1 ms for 1280 x 512).
 
     MKL is told PACK_ROWS rows whatever the batch: packed for a batch of under 16 rows (a
     tree's top levels, where backward starts), its form runs every later product of 32-400
     rows at about 60% of the speed of one packed for 128 rows or more, while batches of 2-8
-    rows run as fast either way (W1 step, four in-process A/Bs: 0.949, 0.958, 0.966, 0.989).
+    rows run as fast either way (Tree-LSTM training step, four in-process A/Bs: 0.949, 0.958,
+    0.966, 0.989).
     """
     cache = _state.packed
     key = (address(w0), w0.shape, w0.dtype.char, transposed)
@@ -474,7 +463,7 @@ def _mkl_shared_product(x, w):
 
 _initial_mode = _mode()
 _mkl = _load(_initial_mode)
-_mode_in_use = "mkl" if _mkl is not None and _initial_mode == "mkl" else "numpy" if _initial_mode == "numpy" else "auto"
+settings.blas = "auto" if _initial_mode == "mkl" and _mkl is None else _initial_mode
 _kernel_below = None    # "auto": kernel_below()'s measured row counts
 _numpy_from = None  # "auto": numpy_from()'s measured row counts
 _one_row = None     # "auto": one_row()'s measured choices

@@ -3,20 +3,21 @@ reuse the arenas of earlier flushes.
 
 Every flush allocates arenas, gradient arenas and kernel temporaries of a few MB, and frees
 them at the end of the step. glibc hands blocks that large to mmap and back to the kernel on
-free, so the next step touches fresh pages: one page fault per 4 KB, about 5-10% of a W1
-training step on this project's machine. Raising the mmap threshold (glibc's maximum, 32 MB)
+free, so the next step touches fresh pages: one page fault per 4 KB, about 5-10% of a
+Tree-LSTM training step on this project's machine. Raising the mmap threshold (glibc's maximum, 32 MB)
 and the trim threshold makes freed blocks stay in the heap for the next step, as a caching
 allocator would. The price: the process's resident memory does not shrink after a peak.
 
 Applied once at import; set HYBRIDBATCH_KEEP_MEMORY=0 to leave malloc as it was. Other C
 libraries (musl, macOS) are left alone.
 
-Even from the heap, a new multi-MB array per arena and flush still cost W2 about 3.5% of a
-training step (in-process A/B, W1 1.2%; numpy also asks the kernel for huge pages on every
-allocation of 4 MB or more). So host arenas and gradient arenas come from a pool of
-buffers (`empty`, `zeros`), the way a caching allocator keeps device memory: a buffer is
-handed out again once nothing refers to it, which its reference count tells (every numpy
-view keeps its base alive), so no scope has to give its arenas back.
+Even from the heap, a new multi-MB array per arena and flush still cost a BiLSTM tagger
+about 3.5% of a training step (in-process A/B, a Tree-LSTM 1.2%; numpy also asks the kernel
+for huge pages on every allocation of 4 MB or more). So host arenas and gradient arenas come
+from a pool of buffers (`empty`, `zeros`), the way a caching allocator keeps device memory: a
+buffer is handed out again once nothing refers to it, which its reference count tells (every
+numpy view keeps its base alive), so no scope has to give its arenas back. Each thread's pool
+keeps at most `settings.pool_limit` bytes.
 """
 import ctypes
 import ctypes.util
@@ -26,6 +27,8 @@ import sys
 import threading
 
 import numpy as np
+
+from ..config import settings
 
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -50,7 +53,6 @@ APPLIED = keep_freed_memory()
 
 POOLED_BYTES = 256 << 10      # smaller arrays come from malloc as they are
 BUFFERS_PER_SIZE = 8          # more arenas of one size class alive at once are not pooled
-POOL_LIMIT = 256 << 20        # bytes a thread's pool holds at most (more buffers are not kept)
 _pools = threading.local()    # per thread: size class -> buffers (1-D uint8)
 
 
@@ -97,7 +99,7 @@ def _idle_buffer(nbytes):
         if sys.getrefcount(buf) == _IDLE_REFS:
             return buf
     buf = np.empty(size, np.uint8)
-    if len(free) < BUFFERS_PER_SIZE and _pools.held + size <= POOL_LIMIT:
+    if len(free) < BUFFERS_PER_SIZE and _pools.held + size <= settings.pool_limit:
         free.append(buf)
         _pools.held += size
     return buf

@@ -6,9 +6,9 @@ different structures never share an entry; the dict hashes them, equality decide
 part of the key because a later flush's structure can repeat while its operands from earlier
 flushes sit at other depths, which depth-driven policies schedule differently.
 """
-import numbers
 from collections import OrderedDict
 
+from ..config import settings
 from ..schedule import POLICIES
 from ..schedule.check import checked
 from ..schedule.fsm import FSMPolicy
@@ -26,20 +26,15 @@ def run_policy(policy, view):
 
 
 class ScheduleCache:
-    """A bounded LRU of (order, batch_ptr) per (policy, structure)."""
+    """A bounded LRU of (order, batch_ptr) per (policy, structure), of at most
+    `settings.plan_cache_size` schedules (0 turns caching off)."""
 
-    def __init__(self, capacity=32):
-        self.capacity = capacity
+    def __init__(self):
         self._entries = OrderedDict()
 
-    def resize(self, capacity):
-        """Keep at most `capacity` schedules (0 turns caching off)."""
-        if isinstance(capacity, bool) or not isinstance(capacity, numbers.Integral):
-            raise TypeError(f"the plan cache size is a number of schedules, not {capacity!r}")
-        if capacity < 0:
-            raise ValueError(f"the plan cache size must be 0 (off) or more, not {capacity}")
-        self.capacity = int(capacity)
-        while len(self._entries) > capacity:
+    def trim(self):
+        """Drop the least recently used schedules beyond settings.plan_cache_size."""
+        while len(self._entries) > settings.plan_cache_size:
             self._entries.popitem(last=False)
 
     def clear(self):
@@ -51,7 +46,7 @@ class ScheduleCache:
     def schedule(self, policy, view, global_sig):
         """(order, batch_ptr, hit): the cached schedule for this structure, or a new one.
         A policy with `cacheable = False` (one that keeps what it is shown) is always run."""
-        if self.capacity <= 0 or not getattr(policy, "cacheable", True):
+        if settings.plan_cache_size <= 0 or not getattr(policy, "cacheable", True):
             order, bptr = run_policy(policy, view)
             return order, bptr, False
         key = (policy, global_sig.tobytes(), view.depth.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
@@ -61,14 +56,8 @@ class ScheduleCache:
             return found[0], found[1], True
         order, bptr = run_policy(policy, view)
         self._entries[key] = (order, bptr)
-        if len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        self.trim()
         return order, bptr, False
 
 
 CACHE = ScheduleCache()
-
-
-def set_plan_cache_size(capacity: int) -> None:
-    """How many schedules the process keeps for reuse (default 32; 0 disables)."""
-    CACHE.resize(capacity)

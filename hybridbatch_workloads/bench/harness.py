@@ -30,6 +30,7 @@ reported GEMM rate is the median of every sample (before, per repeat, after).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import statistics
 import sys
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hybridbatch import api as hb
-from hybridbatch.hybrid.distinct import DISTINCT, set_distinct_rows
+from hybridbatch.config import settings
 from hybridbatch.train.optim import Trainer
 from hybridbatch.record.scope import batching
 from . import machine
@@ -68,7 +69,7 @@ class Config:
     seed: int = 0
     gemm_repeats: int = 7
     check: bool = True                      # compare batched and eager losses once
-    distinct_rows: bool = True              # hb.set_distinct_rows for the batched runs
+    distinct_rows: bool = True              # hb.settings.distinct_rows for the batched runs
     workload_options: dict = field(default_factory=dict)   # extra constructor keywords
 
     def resolved(self):
@@ -344,9 +345,7 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
     gemm_near = []      # per repeat: GEMM samples taken around its batched runs
     flops = {"train": [], "infer": [], "eager_train": [], "eager_infer": []}
     check = None
-    distinct_before = DISTINCT["enabled"]
-    set_distinct_rows(cfg.distinct_rows)
-    try:
+    with settings(distinct_rows=cfg.distinct_rows), contextlib.closing(bar):
         bar.set_description_str(f"{cfg.workload} h{cfg.hidden} b{cfg.batch} warm-up")
         if warm:
             train_batched(wl, trainer, warm, cfg, bar)
@@ -377,9 +376,6 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
                 runs["eager_train"].append(train_eager(wl, trainer, es, cfg, bar))
                 bar.set_description_str(tag + " eager infer")
                 runs["eager_infer"].append(infer_eager(wl, es, cfg, bar))
-    finally:
-        bar.close()
-        set_distinct_rows(distinct_before)
 
     gemm_after = machine.gemm_rate(cfg.gemm_repeats)
     unit = gemm_before["flops"]

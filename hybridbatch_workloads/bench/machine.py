@@ -70,6 +70,7 @@ BLAS_KERNEL_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")    # pin OpenBLAS's
 def machine_info():
     import numba
     import numpy as np
+    from hybridbatch.config import settings
     from hybridbatch.kernels import blas
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -86,7 +87,7 @@ def machine_info():
         "cpus_usable": affinity,
         "thread_settings": thread_settings(),
         "blas_threads": _blas_threads(),
-        "host_products": blas.name(),
+        "host_products": settings.blas,
         "numpy_from": [r if r != float("inf") else None for r in blas.numpy_from()],
         "kernel_below": list(blas.kernel_below()),
         "one_row": list(blas.one_row()),
@@ -108,6 +109,7 @@ def gemm_rate(repeats=7, shape=GEMM_SHAPE, seed=0):
     after one untimed product each. Returns a dict with the rate, every sample and each
     library's median rate."""
     import numpy as np
+    from hybridbatch.config import settings
     from hybridbatch.kernels import blas, few_rows
     m, k, n = shape
     rng = np.random.default_rng(seed)
@@ -117,7 +119,7 @@ def gemm_rate(repeats=7, shape=GEMM_SHAPE, seed=0):
     products = {"numpy": lambda: np.matmul(a, b, out=out)}
     if blas.available():
         products["mkl"] = lambda: blas.gemm(a, b, library="mkl")
-    if blas.name() == "auto":
+    if settings.blas == "auto":
         b_rows = np.ascontiguousarray(b.T)
         products["kernel"] = lambda: few_rows.product(a, b_rows.T)
     flops = 2.0 * m * k * n

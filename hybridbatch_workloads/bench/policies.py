@@ -14,7 +14,7 @@ import sys
 import time
 
 from hybridbatch.train.optim import Trainer
-from hybridbatch.runtime.plan_cache import CACHE
+from hybridbatch.config import settings
 from hybridbatch.schedule import get_policy, lower_bound
 from hybridbatch.schedule.learn import capture_views, learn_policy
 from hybridbatch.schedule.offline.bounds import tight_lower_bound
@@ -88,9 +88,7 @@ def _training_runs(wl, policies, cfg, measured, lr):
     for row in policies:
         train_batched(wl, trainer, measured[:batch], cfgs[row], _NoBar())          # warm-up
     best, rounds = {row: None for row in policies}, []
-    capacity = CACHE.capacity
-    CACHE.resize(0)        # the rounds repeat minibatches: every flush must run its policy
-    try:
+    with settings(plan_cache_size=0):      # the rounds repeat minibatches: every flush must run its policy
         for _ in range(MEASURE_ROUNDS):
             schedule = {}
             for row in policies:
@@ -99,8 +97,6 @@ def _training_runs(wl, policies, cfg, measured, lr):
                 if best[row] is None or run["seconds"] < best[row]["seconds"]:
                     best[row] = run
             rounds.append(schedule)
-    finally:
-        CACHE.resize(capacity)
     n = len(measured[batch:])
     ratio = _vs_agenda(rounds)
     return {row: {"train_throughput": n / run["seconds"], "plan_schedule_seconds": run["split"]["schedule"],
