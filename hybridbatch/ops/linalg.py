@@ -103,6 +103,7 @@ class Affine(Op):
     name = "affine"
     zero_exact = True
     cost = 1
+    without_bias = MatMul
 
     def infer(self, attrs, shapes, dtypes):
         check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")
