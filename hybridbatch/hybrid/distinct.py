@@ -14,7 +14,6 @@ from ..kernels.fused import FusedRun
 
 MIN_ROWS = 16       # smaller batches: np.unique and the copies cost more than they save
 MAX_SHARE = 0.75    # more distinct keys than this share of the batch: every row runs
-PRODUCTS = ("matmul", "affine")   # the work worth sharing; a part without one is not split
 DISTINCT = {"enabled": True}
 
 
@@ -50,7 +49,8 @@ class KeyedPart:
 
 def keyed_part(units, outputs, int_column):
     """The KeyedPart of a program's units, or None when none pays: the keyed units read one
-    integer column (units reading another stay in rest) and hold a product.
+    integer column (units reading another stay in rest) and hold a product (`op.product`:
+    the work worth sharing; a part without one is not split).
     int_column(aux code) -> the column, or None for a constant."""
     slots, keyed, rest = set(), [], []
     key, product = None, False      # the first integer column read decides the key
@@ -67,7 +67,7 @@ def keyed_part(units, outputs, int_column):
                   and (column is None or key is None or column == key))
             if ok and column is not None:
                 key = column
-            product |= ok and op.name in PRODUCTS
+            product |= ok and op.product
             made = [slot]
         if ok:
             slots.update(made)

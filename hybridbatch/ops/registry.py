@@ -48,6 +48,8 @@ class Op:
                          # zeros. Not log (-inf at 0), div (x / 0) or py_func: autograd._output_groups
     fusable = False      # True: elementwise with a `scalar` rule, so fused runs of block programs
                          # may take it (kernels/fused.py)
+    product = False      # True: a matrix product, the work that rows with equal keys share
+                         # (hybrid/distinct.py)
     without_bias = None  # for an op that is another op plus a bias (its last operand): that op,
                          # taking the other operands (affine: matmul). Fused runs that read the
                          # value may add the bias themselves (kernels/fused.py)
