@@ -4,7 +4,7 @@
         losses = [model(x) for x in minibatch]
 """
 from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
-from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu, exp, log, add_n,
+from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu, exp, log, abs, sqrt, add_n,
                   concat, slice, split, reshape, sum, lookup, pick, log_softmax, pick_neg_log_softmax,
                   py_func, learn_policy, FSMPolicy)
 from .hybrid.block import Block, HybridBlock
@@ -23,7 +23,7 @@ from .kernels.blas import use as set_blas, name as blas_library
 
 __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", "tanh", "sigmoid", "relu", "exp", "log",
-    "add_n", "concat", "slice", "split", "reshape", "sum", "lookup", "pick", "log_softmax",
+    "abs", "sqrt", "add_n", "concat", "slice", "split", "reshape", "sum", "lookup", "pick", "log_softmax",
     "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
     "NumericsError", "Future", "Parameter", "batching", "Stats",
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",

@@ -119,6 +119,15 @@ def log(x):
     return apply(E.Log, (x,))
 
 
+def abs(x):  # noqa: A001 - the public spelling is hb.abs
+    """|x|, with derivative 0 at 0."""
+    return apply(E.Abs, (x,))
+
+
+def sqrt(x):
+    return apply(E.Sqrt, (x,))
+
+
 def add_n(xs):
     """Sum of a list of same-shaped values in one op. A batching scope batches the add_n's
     of one type together whatever their operand counts (ops.elementwise.RaggedAddN)."""

@@ -107,7 +107,7 @@ def _rank_any(rng):
 # unary ops, on values of rank 0..2
 for _name, _ref, _dom in [("tanh", np.tanh, "any"), ("sigmoid", sigmoid_np, "any"),
                           ("relu", lambda x: np.maximum(x, 0.0), "away0"), ("exp", np.exp, "any"),
-                          ("log", np.log, "pos")]:
+                          ("log", np.log, "pos"), ("abs", np.abs, "away0"), ("sqrt", np.sqrt, "pos")]:
     spec(_name, _name, _rank_any, [(_same("s"), _dom)],
          (lambda name: lambda xs, d, a: getattr(hb, name)(xs[0]))(_name),
          (lambda f: lambda xs, d, a: f(xs[0]))(_ref))
@@ -707,7 +707,7 @@ def test_dtype_mismatch_is_a_shape_error(in_scope):
 
 INT_OPERAND_ERRORS = [
     ("tanh", lambda i: hb.tanh(i)), ("sigmoid", lambda i: hb.sigmoid(i)), ("exp", lambda i: hb.exp(i)),
-    ("log", lambda i: hb.log(i)), ("div", lambda i: i / i), ("div", lambda i: 1 / i),
+    ("log", lambda i: hb.log(i)), ("sqrt", lambda i: hb.sqrt(i)), ("div", lambda i: i / i), ("div", lambda i: 1 / i),
     ("log_softmax", lambda i: hb.log_softmax(i)), ("pick_neg_log_softmax", lambda i: hb.pick_neg_log_softmax(i, 0)),
     ("scalar_affine", lambda i: i * 0.5), ("scalar_affine", lambda i: i / 2), ("scalar_affine", lambda i: i + 0.5),
     # a whole-number float too: numpy's int array * 2.0 is float64; int8 [100] * 2.0 wrapped to -56

@@ -4,7 +4,7 @@
 vector/matrix shapes, each step applying a random op (every registered op appears) to
 values drawn from the pools or to shared Parameters. Values stay bounded (each handle
 carries a bound on its magnitude; anything that could grow past it is squashed by tanh),
-exp/log/div only see safe inputs. The same seed gives the same DAG in eager mode and inside
+exp/log/sqrt/div only see safe inputs. The same seed gives the same DAG in eager mode and inside
 `hb.batching`, so we compare EVERY node's value, not just the loss, and the parameter
 gradients of the loss, for both policies. Variants: several DAG instances sharing the
 parameters in one scope (real cross-instance batching), reads in the middle of
@@ -139,6 +139,11 @@ class Builder:
         s = self.node(hb.sigmoid(x))
         t = self.node(s + 0.5)
         self.push(hb.log(t), 1.0)
+
+    def sqrt(self):
+        x, b = self.take(self.choice(CORE))
+        t = self.node(hb.abs(x) + 0.25)         # off 0, where sqrt's derivative is infinite
+        self.push(hb.sqrt(t), float(np.sqrt(b + 0.25)))
 
     def scalar(self):
         x, b = self.take(self.choice(CORE))
@@ -296,7 +301,7 @@ class Builder:
         p = self.choice(list(self.by_shape.values()))[0]
         self.push(self.choice((hb.tanh, hb.sigmoid, hb.log_softmax if p.ndim else hb.tanh))(p), 4.0)
 
-    STEPS = ("unary", "exp", "log", "scalar", "binary", "div", "matmul", "affine", "add_n", "concat",
+    STEPS = ("unary", "exp", "log", "sqrt", "scalar", "binary", "div", "matmul", "affine", "add_n", "concat",
              "slice", "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax",
              "py_func", "param_read")
 

@@ -111,6 +111,42 @@ class Log(_Unary):
 
 
 @register
+class Abs(_Unary):
+    """|x|. At 0, where |x| has no derivative, its gradient is 0: numpy's sign of 0, the
+    middle of the subgradients [-1, 1]."""
+    name = "abs"
+    zero_exact = True
+    float_only = False    # numpy's abs keeps integers (and bools) as they are
+
+    def f(self, xp, x, attrs):
+        return xp.abs(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * xp.sign(x)
+
+    def scalar(self, attrs, t, x):
+        return f"np.abs({x})", [f"np.sign({x})"]
+
+
+@register
+class Sqrt(_Unary):
+    """The square root: NaN below 0 as numpy gives (check_numerics reports it), and an
+    infinite derivative at 0."""
+    name = "sqrt"
+
+    def f(self, xp, x, attrs):
+        return xp.sqrt(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * (0.5 / y)
+
+    def scalar(self, attrs, t, x):
+        # at 0 the kernels' fast math takes 0.5 / sqrt(x) as 0.5 * rsqrt(x) refined by a Newton
+        # step, which gives 0 * inf = NaN: inf is spelled out there, as numpy gives
+        return f"np.sqrt({x})", [f"(F(0.5) / {t} if {t} != F(0.0) else F(np.inf))"]
+
+
+@register
 class ScalarAffine(_Unary):
     """y = a * x + c for Python scalars a, c (x * 2, 1 - x, -x, x + 0.5): ints where the
     operand was an integer (exact for int64 beyond 2**53), else floats.
