@@ -6,9 +6,8 @@
 __version__ = "0.1.0"   # the one source of the version: pyproject.toml reads it from here
 
 from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
-from .api import (array, matmul, affine, add, sub, mul, div, tanh, sigmoid, relu, exp, log, add_n,
-                  concat, slice, split, reshape, sum, lookup, pick, log_softmax, pick_neg_log_softmax,
-                  py_func, learn_policy, FSMPolicy)
+from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, add_n, concat, slice, split, reshape, sum,
+                  lookup, pick, log_softmax, pick_neg_log_softmax, py_func, learn_policy, FSMPolicy)
 from .hybrid.block import Block, HybridBlock
 from .record.eager import Tensor
 from . import nn
@@ -20,10 +19,11 @@ from .train.optim import Trainer
 from .record.scope import batching, Stats
 from .config import settings, set_fusion, set_distinct_rows, set_plan_cache_size, set_blas, blas_library
 
+globals().update(_UNARY)      # hb.tanh, hb.exp, ...: one per unary elementwise op (api.UNARY)
+
 __all__ = [
-    "array", "matmul", "affine", "add", "sub", "mul", "div", "tanh", "sigmoid", "relu", "exp", "log",
-    "add_n", "concat", "slice", "split", "reshape", "sum", "lookup", "pick", "log_softmax",
-    "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
+    "array", "matmul", "affine", "add", "sub", "mul", "div", *_UNARY, "add_n", "concat", "slice", "split",
+    "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
     "BackwardError", "NumericsError", "Future", "Parameter", "batching", "Stats",
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows",

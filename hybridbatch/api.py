@@ -6,7 +6,7 @@ import numpy as np
 
 from .record.eager import Tensor, constant as _eager_constant, apply as _eager_apply
 from .record.future import Future
-from .ops import elementwise as E, linalg as L, shape as S, index as I, custom as C
+from .ops import OPS, elementwise as E, linalg as L, shape as S, index as I, custom as C
 from .ops.registry import as_int
 from .ops.shape import normalize_index
 from .train.parameter import Parameter
@@ -99,24 +99,18 @@ def affine(w, x, b):
     return apply(L.Affine, (w, x, b))
 
 
-def tanh(x):
-    return apply(E.Tanh, (x,))
+def _unary(op):
+    """hb.<op.name>(x): the public function of a unary elementwise op, documented by its class,
+    so that adding such an op is its class alone (ops/elementwise.py)."""
+    def function(x):
+        return apply(op, (x,))
+    function.__name__ = function.__qualname__ = op.name
+    function.__doc__ = type(op).__doc__
+    return function
 
 
-def sigmoid(x):
-    return apply(E.Sigmoid, (x,))
-
-
-def relu(x):
-    return apply(E.Relu, (x,))
-
-
-def exp(x):
-    return apply(E.Exp, (x,))
-
-
-def log(x):
-    return apply(E.Log, (x,))
+UNARY = {op.name: _unary(op) for op in OPS if isinstance(op, E._Unary) and op.public}
+globals().update(UNARY)      # hb.tanh, hb.sigmoid, hb.relu, hb.exp, hb.log, hb.abs, hb.sqrt, ...
 
 
 def add_n(xs):

@@ -4,7 +4,7 @@
 vector/matrix shapes, each step applying a random op (every registered op appears) to
 values drawn from the pools or to shared Parameters. Values stay bounded (each handle
 carries a bound on its magnitude; anything that could grow past it is squashed by tanh),
-exp/log/div only see safe inputs. The same seed gives the same DAG in eager mode and inside
+elementwise ops see their spec domains and div safe divisors. The same seed gives the same DAG in eager mode and inside
 `hb.batching`, so we compare EVERY node's value, not just the loss, and the parameter
 gradients of the loss, for both policies. Variants: several DAG instances sharing the
 parameters in one scope (real cross-instance batching), reads in the middle of
@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import hybridbatch as hb
 from hybridbatch.kernels import blas, few_rows
 from hybridbatch.ops import OPS
+from op_specs import UNARY as UNARY_SPECS
 
 POLICIES = ("agenda", "depth")
+UNARY = {name: (ref, dom) for name, ref, dom in UNARY_SPECS}
 MIN_NODES = 200
 VAL_RTOL, VAL_ATOL = 1e-5, 2e-5
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-4
@@ -124,21 +126,15 @@ class Builder:
         return int(self.rng.integers(n))
 
     # -- one step per op kind ----------------------------------------------------------
-    def unary(self):
-        shape = self.choice(CORE)
-        x, b = self.take(shape)
-        kind = self.choice(("tanh", "sigmoid", "relu"))
-        self.push(getattr(hb, kind)(x), b if kind == "relu" else 1.0)
-
-    def exp(self):
+    def unary(self, name):
+        """A unary elementwise op of the spec table on its domain ("pos": into (0.5, 1.5)),
+        bounded by its reference's largest magnitude over the operand's range."""
+        ref, dom = UNARY[name]
         x, b = self.take(self.choice(CORE))
-        self.push(hb.exp(x), float(np.exp(b)))
-
-    def log(self):
-        x, _ = self.take(self.choice(CORE))
-        s = self.node(hb.sigmoid(x))
-        t = self.node(s + 0.5)
-        self.push(hb.log(t), 1.0)
+        lo, hi = -b, b
+        if dom == "pos":
+            x, lo, hi = self.node(hb.sigmoid(x) + 0.5), 0.5, 1.5
+        self.push(getattr(hb, name)(x), float(np.abs(ref(np.linspace(lo, hi, 65))).max()))
 
     def scalar(self):
         x, b = self.take(self.choice(CORE))
@@ -156,8 +152,7 @@ class Builder:
         else:
             self.push(2.0 * x, 2 * b)
 
-    def binary(self):
-        op = self.choice(("add", "sub", "mul"))
+    def binary(self, op):
         form = self.pick_index(4)
         if form == 0:                       # same shape
             shape = self.choice(CORE)
@@ -296,12 +291,18 @@ class Builder:
         p = self.choice(list(self.by_shape.values()))[0]
         self.push(self.choice((hb.tanh, hb.sigmoid, hb.log_softmax if p.ndim else hb.tanh))(p), 4.0)
 
-    STEPS = ("unary", "exp", "log", "scalar", "binary", "div", "matmul", "affine", "add_n", "concat",
+    BINARY = ("add", "sub", "mul")
+    STEPS = (*UNARY, *BINARY, "scalar", "div", "matmul", "affine", "add_n", "concat",
              "slice", "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax",
              "py_func", "param_read")
 
     def step(self, kind):
-        getattr(self, kind)()
+        if kind in UNARY:
+            self.unary(kind)
+        elif kind in self.BINARY:
+            self.binary(kind)
+        else:
+            getattr(self, kind)()
 
 
 def build(rng, params, hook=None, min_nodes=MIN_NODES):

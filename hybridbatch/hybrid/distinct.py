@@ -14,8 +14,6 @@ from ..config import settings
 from ..kernels import scatter_add_rows
 from ..kernels.fused import FusedRun
 
-PRODUCTS = ("matmul", "affine")   # the work worth sharing; a part without one is not split
-
 
 class KeyedPart:
     """A program's units split in two, each list in program order.
@@ -45,7 +43,8 @@ class KeyedPart:
 
 def keyed_part(units, outputs, int_column):
     """The KeyedPart of a program's units, or None when none pays: the keyed units read one
-    integer column (units reading another stay in rest) and hold a product.
+    integer column (units reading another stay in rest) and hold a product (`op.product`:
+    the work worth sharing; a part without one is not split).
     int_column(aux code) -> the column, or None for a constant."""
     slots, keyed, rest = set(), [], []
     key, product = None, False      # the first integer column read decides the key
@@ -62,7 +61,7 @@ def keyed_part(units, outputs, int_column):
                   and (column is None or key is None or column == key))
             if ok and column is not None:
                 key = column
-            product |= ok and op.name in PRODUCTS
+            product |= ok and op.product
             made = [slot]
         if ok:
             slots.update(made)

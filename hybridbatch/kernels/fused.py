@@ -6,6 +6,10 @@ that reads its inputs once and writes only the values used outside the run. Its 
 recomputes the run's scalars from the inputs and applies the chain rule per element, so
 nothing inside the run is stored.
 
+Each op supplies its own math per element (`Op.scalar`: value and local derivatives as
+source, beside its numpy forward and backward in ops/); this module only strings those
+together, so it needs no table of ops.
+
 Kernels are generated as Python source, written once into the kernel cache directory
 (HYBRIDBATCH_CACHE_DIR, default ~/.cache/hybridbatch/kernels) under the hash of their source,
 and compiled with numba's `cache=True`: a second process loads the machine code instead of
@@ -13,32 +17,12 @@ compiling it.
 """
 import hashlib
 import importlib.util
-import math
 import os
 import pathlib
 import sys
 
 from ..record import signature
-from ..ops.linalg import MatMul
 from .vector_width import WIDE_VECTORS, compiled_wide
-
-# scalar forward expression and local derivative (d out / d operand k) per op name;
-# x0, x1 are the operands, t the op's own value
-UNARY = {
-    "tanh": ("_tanh({x0})", ["(F(1.0) - {t} * {t})"]),
-    "sigmoid": ("F(0.5) * (F(1.0) + _tanh(F(0.5) * {x0}))", ["{t} * (F(1.0) - {t})"]),
-    "relu": ("max({x0}, F(0.0))", ["(F(1.0) if {t} > F(0.0) else F(0.0))"]),
-    "exp": ("np.exp({x0})", ["{t}"]),
-    "log": ("np.log({x0})", ["(F(1.0) / {x0})"]),
-}
-BINARY = {
-    "add": ("{x0} + {x1}", ["F(1.0)", "F(1.0)"]),
-    "sub": ("{x0} - {x1}", ["F(1.0)", "F(-1.0)"]),
-    "mul": ("{x0} * {x1}", ["{x1}", "{x0}"]),
-    # -(x0 / x1) / x1, not -x0 / (x1 * x1): the square under- or overflows float32 (x1 = 1e-25)
-    "div": ("{x0} / {x1}", ["(F(1.0) / {x1})", "(-{t} / {x1})"]),
-}
-FUSABLE = set(UNARY) | set(BINARY) | {"scalar_affine", "slice"}
 
 
 # tanh as a rational function x P(x^2) / Q(x^2) on [-9, 9] (|tanh(9)| rounds to 1 in float32),
@@ -159,23 +143,15 @@ def build_run(steps, n, used_later, biases=None, reading=None):
         return leaf("slot", ref, offset, width)
 
     for slot, sig, refs, _ in steps:
-        name = sig.op.name
-        t = f"t{slot}"
-        if name == "slice":
-            src = refs[0]
-            value_of[slot] = operand(src, None, sig.attrs[0][1], sig.in_shapes[0][0])
+        op = sig.op
+        if not op.fusable:      # a column range of a vector (_fusable): read in place
+            value_of[slot] = operand(refs[0], None, op.columns(sig), sig.in_shapes[0][0])
             continue
+        t = f"t{slot}"
         xs = [operand(r, p) for r, p in zip(refs, sig.params)]
-        if name == "scalar_affine":
-            a, c = (_literal(v) for v in sig.attrs[:2])
-            expr, derivs = f"{xs[0]} * {a} + {c}", [a]
-        elif name in UNARY:
-            expr, derivs = UNARY[name]
-        else:
-            expr, derivs = BINARY[name]
-        fmt = {"t": t, **{f"x{i}": x for i, x in enumerate(xs)}}
-        lines.append(f"{t} = {expr.format(**fmt)}")
-        grads.append((t, [(x, d.format(**fmt)) for x, d in zip(xs, derivs)]))
+        expr, derivs = op.scalar(sig.attrs, t, *xs)
+        lines.append(f"{t} = {expr}")
+        grads.append((t, list(zip(xs, derivs))))
         value_of[slot] = t
 
     outputs = [s for s, *_ in steps if s in used_later]
@@ -240,14 +216,6 @@ def _write_once(inputs, leaves, widths, n):
                  for k, (kind, _) in enumerate(inputs))
 
 
-def _literal(v):
-    """A Python scalar as a literal of the run's dtype: repr spells inf and nan as names the
-    kernel's module does not define."""
-    if math.isfinite(v):
-        return f"F({v!r})"
-    return "F(np.nan)" if math.isnan(v) else f"F({'-' if v < 0 else ''}np.inf)"
-
-
 _loaded = {}
 
 
@@ -286,22 +254,23 @@ def compile_stats():
 
 def _fusable(step, n, produced):
     """Can this step join a run over length-n vectors? `produced`: slots made inside the run.
+    It can when its op is fusable (elementwise, with a scalar rule) and reads length-n
+    vectors, or when its value is a column range of a vector made before the run (a slice,
+    whose columns the run reads in place).
 
     float32 only: the kernels' tanh is accurate to float32, and fastmath's approximate
     functions would cost a float64 program half its digits."""
     slot, sig, refs, _ = step
-    name = sig.op.name
-    if name not in FUSABLE or sig.out_shape != (n,) or sig.out_dtype.name != "float32":
+    op = sig.op
+    if sig.out_shape != (n,) or sig.out_dtype.name != "float32":
         return False
-    if name == "slice":
-        (key,) = sig.attrs if len(sig.attrs) == 1 else (None,)
-        return (key is not None and key[0] == "s" and key[3] == 1 and refs[0] is not None
-                and refs[0] not in produced and len(sig.in_shapes[0]) == 1)
-    return all(shape == (n,) for shape in sig.in_shapes)
+    if op.fusable:
+        return all(shape == (n,) for shape in sig.in_shapes)
+    return op.columns(sig) is not None and refs[0] is not None and refs[0] not in produced
 
 
 def _run_spans(steps):
-    """(start, end, n) of each fusable run (>= 2 non-slice ops), in program order."""
+    """(start, end, n) of each fusable run (>= 2 fusable ops, column reads aside), in program order."""
     spans, i = [], 0
     while i < len(steps):
         sig = steps[i][1]
@@ -310,7 +279,7 @@ def _run_spans(steps):
         while n is not None and j < len(steps) and _fusable(steps[j], n, produced):
             produced.add(steps[j][0])
             j += 1
-        if sum(s[1].op.name != "slice" for s in steps[i:j]) >= 2:
+        if sum(s[1].op.fusable for s in steps[i:j]) >= 2:
             spans.append((i, j, n))
             i = j
         else:
@@ -319,11 +288,13 @@ def _run_spans(steps):
 
 
 def _bias_folds(steps, spans, program_outputs):
-    """{step index: bias pid} for affine steps whose bias the fused runs can add.
+    """{step index: bias pid} for affine steps (an op with `without_bias`) whose bias the
+    fused runs can add.
 
-    Folded: float32 W x + b with b a shared Parameter of the output's own 1-D shape, W and x
-    not both shared, whose output is read only by steps inside fused runs (which read it as
-    leaves, so each can add b[offset + j] to what it reads) and is not a program output."""
+    Folded: float32 W x + b with b (the last operand) a shared Parameter of the output's own
+    1-D shape, W and x not both shared, whose output is read only by steps inside fused runs
+    (which read it as leaves, so each can add b[offset + j] to what it reads) and is not a
+    program output."""
     in_run = {k for i, j, _ in spans for k in range(i, j)}
     readers = {}
     for k, (_, _, refs, _) in enumerate(steps):
@@ -332,11 +303,11 @@ def _bias_folds(steps, spans, program_outputs):
                 readers.setdefault(r, set()).add(k)
     folds = {}
     for k, (slot, sig, refs, _) in enumerate(steps):
-        if (sig.op.name == "affine" and sig.out_dtype.name == "float32" and len(sig.out_shape) == 1
-                and sig.params[2] is not None and sig.in_shapes[2] == sig.out_shape
-                and not (sig.shared[0] and sig.shared[1]) and slot not in program_outputs
+        if (sig.op.without_bias is not None and sig.out_dtype.name == "float32" and len(sig.out_shape) == 1
+                and sig.params[-1] is not None and sig.in_shapes[-1] == sig.out_shape
+                and not all(sig.shared[:-1]) and slot not in program_outputs
                 and readers.get(slot) and readers[slot] <= in_run):
-            folds[k] = sig.params[2]
+            folds[k] = sig.params[-1]
     return folds
 
 
@@ -353,7 +324,7 @@ def plan_units(steps, program_outputs):
     biases = {}
     for k, pid in folds.items():
         slot, sig, refs, aux = steps[k]
-        steps[k] = (slot, signature.intern(MatMul, (), sig.codes[:2]), refs[:2], aux)
+        steps[k] = (slot, signature.intern(sig.op.without_bias, sig.attrs, sig.codes[:-1]), refs[:-1], aux)
         biases[slot] = pid
     units, i = [], 0
     for (start, end, n), outs in runs:

@@ -2,7 +2,13 @@
 
 Binary ops broadcast per instance like numpy (a bias vector against a matrix); `expand`
 keeps the batch axis first so per-instance broadcasting still lines up after stacking.
+
+Each op keeps all its rules together: `infer` (shape), `f` (forward), `df` (derivative) and
+`scalar`, the same math per element as source for the fused kernels (kernels/fused.py);
+tests/test_op_rules.py checks that `scalar` agrees with `f` and `df`.
 """
+import math
+
 import numpy as np
 
 from ..kernels.segments import segment_of_rows, segment_sums
@@ -11,6 +17,8 @@ from .registry import Op, register, expand, unbroadcast, broadcast_shape, check,
 
 class _Unary(Op):
     float_only = True    # the value is not an integer (see check_float)
+    fusable = True
+    public = True        # hb.<name>(x) exists (api.UNARY)
 
     def infer(self, attrs, shapes, dtypes):
         if self.float_only:
@@ -26,6 +34,7 @@ class _Unary(Op):
 
 @register
 class Tanh(_Unary):
+    """tanh(x), elementwise."""
     name = "tanh"
     zero_exact = True
 
@@ -35,9 +44,13 @@ class Tanh(_Unary):
     def df(self, xp, x, y, gy, attrs):
         return gy * (1 - y * y)
 
+    def scalar(self, attrs, t, x):
+        return f"_tanh({x})", [f"(F(1.0) - {t} * {t})"]
+
 
 @register
 class Sigmoid(_Unary):
+    """1 / (1 + exp(-x)), elementwise."""
     name = "sigmoid"
     zero_exact = True
 
@@ -51,9 +64,13 @@ class Sigmoid(_Unary):
     def df(self, xp, x, y, gy, attrs):
         return gy * y * (1 - y)
 
+    def scalar(self, attrs, t, x):
+        return f"F(0.5) * (F(1.0) + _tanh(F(0.5) * {x}))", [f"{t} * (F(1.0) - {t})"]
+
 
 @register
 class Relu(_Unary):
+    """max(x, 0), elementwise; its gradient at 0 is 0."""
     name = "relu"
     zero_exact = True
     float_only = False
@@ -64,9 +81,13 @@ class Relu(_Unary):
     def df(self, xp, x, y, gy, attrs):
         return gy * (y > 0)
 
+    def scalar(self, attrs, t, x):
+        return f"max({x}, F(0.0))", [f"(F(1.0) if {t} > F(0.0) else F(0.0))"]
+
 
 @register
 class Exp(_Unary):
+    """exp(x), elementwise."""
     name = "exp"
     zero_exact = True
 
@@ -76,9 +97,14 @@ class Exp(_Unary):
     def df(self, xp, x, y, gy, attrs):
         return gy * y
 
+    def scalar(self, attrs, t, x):
+        return f"np.exp({x})", [t]
+
 
 @register
 class Log(_Unary):
+    """The natural logarithm: NaN below 0 and -inf at 0, as numpy gives (check_numerics
+    reports them)."""
     name = "log"
 
     def f(self, xp, x, attrs):
@@ -86,6 +112,45 @@ class Log(_Unary):
 
     def df(self, xp, x, y, gy, attrs):
         return gy / x
+
+    def scalar(self, attrs, t, x):
+        return f"np.log({x})", [f"(F(1.0) / {x})"]
+
+
+@register
+class Abs(_Unary):
+    """|x|. At 0, where |x| has no derivative, its gradient is 0: numpy's sign of 0, the
+    middle of the subgradients [-1, 1]."""
+    name = "abs"
+    zero_exact = True
+    float_only = False    # numpy's abs keeps integers (and bools) as they are
+
+    def f(self, xp, x, attrs):
+        return xp.abs(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * xp.sign(x)
+
+    def scalar(self, attrs, t, x):
+        return f"np.abs({x})", [f"np.sign({x})"]
+
+
+@register
+class Sqrt(_Unary):
+    """The square root: NaN below 0 as numpy gives (check_numerics reports it), and an
+    infinite derivative at 0."""
+    name = "sqrt"
+
+    def f(self, xp, x, attrs):
+        return xp.sqrt(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * (0.5 / y)
+
+    def scalar(self, attrs, t, x):
+        # at 0 the kernels' fast math takes 0.5 / sqrt(x) as 0.5 * rsqrt(x) refined by a Newton
+        # step, which gives 0 * inf = NaN: inf is spelled out there, as numpy gives
+        return f"np.sqrt({x})", [f"(F(0.5) / {t} if {t} != F(0.0) else F(np.inf))"]
 
 
 @register
@@ -97,6 +162,7 @@ class ScalarAffine(_Unary):
     0.0 == -0.0. The spelling (each float as its hex) keeps apart an integer value's x * 2
     (exact) from x * 2.0 (refused), and x + 0.0 from x + -0.0. Build them with `attrs_of`."""
     name = "scalar_affine"
+    public = False       # recorded by the operators: x * 2, 1 - x, x / 4
     zero_exact = True
 
     @staticmethod
@@ -124,8 +190,22 @@ class ScalarAffine(_Unary):
     def df(self, xp, x, y, gy, attrs):
         return gy * gy.dtype.type(attrs[0])
 
+    def scalar(self, attrs, t, x):
+        a, c = (_literal(v) for v in attrs[:2])
+        return f"{x} * {a} + {c}", [a]
+
+
+def _literal(v):
+    """A Python scalar as a literal of a fused run's dtype: repr spells inf and nan as names
+    the kernel's module does not define."""
+    if math.isfinite(v):
+        return f"F({v!r})"
+    return "F(np.nan)" if math.isnan(v) else f"F({'-' if v < 0 else ''}np.inf)"
+
 
 class _Binary(Op):
+    fusable = True
+
     def infer(self, attrs, shapes, dtypes):
         check(dtypes[0] == dtypes[1], self.name, shapes, f"dtypes {dtypes[0]} and {dtypes[1]} differ")
         return broadcast_shape(self.name, shapes), dtypes[0]
@@ -154,6 +234,9 @@ class Add(_Binary):
     def df(self, a, b, gy, needs):
         return gy, gy
 
+    def scalar(self, attrs, t, a, b):
+        return f"{a} + {b}", ["F(1.0)", "F(1.0)"]
+
 
 @register
 class Sub(_Binary):
@@ -168,6 +251,9 @@ class Sub(_Binary):
     def df(self, a, b, gy, needs):
         return gy, (-gy if needs[1] else None)
 
+    def scalar(self, attrs, t, a, b):
+        return f"{a} - {b}", ["F(1.0)", "F(-1.0)"]
+
 
 @register
 class Mul(_Binary):
@@ -177,6 +263,9 @@ class Mul(_Binary):
 
     def df(self, a, b, gy, needs):
         return (gy * b if needs[0] else None), (gy * a if needs[1] else None)
+
+    def scalar(self, attrs, t, a, b):
+        return f"{a} * {b}", [b, a]
 
 
 @register
@@ -191,6 +280,10 @@ class Div(_Binary):
     def df(self, a, b, gy, needs):
         ga = gy / b
         return ga, (-ga * a / b if needs[1] else None)
+
+    def scalar(self, attrs, t, a, b):
+        # -(a / b) / b, not -a / (b * b): the square under- or overflows float32 (b = 1e-25)
+        return f"{a} / {b}", [f"(F(1.0) / {b})", f"(-{t} / {b})"]
 
 
 @register

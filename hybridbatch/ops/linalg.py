@@ -85,6 +85,7 @@ class MatMul(Op):
     name = "matmul"
     zero_exact = True
     cost = 1
+    product = True
 
     def infer(self, attrs, shapes, dtypes):
         check(dtypes[0] == dtypes[1], self.name, shapes, f"dtypes {dtypes[0]} and {dtypes[1]} differ")
@@ -103,6 +104,8 @@ class Affine(Op):
     name = "affine"
     zero_exact = True
     cost = 1
+    product = True
+    without_bias = MatMul
 
     def infer(self, attrs, shapes, dtypes):
         check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")

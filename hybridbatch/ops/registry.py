@@ -46,6 +46,13 @@ class Op:
     zero_exact = False   # True: no ordinary finite operand makes its value or local derivative
                          # inf or NaN (only overflow can), so a zero output gradient gives exact
                          # zeros. Not log (-inf at 0), div (x / 0) or py_func: autograd._output_groups
+    fusable = False      # True: elementwise with a `scalar` rule, so fused runs of block programs
+                         # may take it (kernels/fused.py)
+    product = False      # True: a matrix product, the work that rows with equal keys share
+                         # (hybrid/distinct.py)
+    without_bias = None  # for an op that is another op plus a bias (its last operand): that op,
+                         # taking the other operands (affine: matmul). Fused runs that read the
+                         # value may add the bias themselves (kernels/fused.py)
     id = -1
 
     def infer(self, attrs, shapes, dtypes):
@@ -71,9 +78,18 @@ class Op:
 
     @staticmethod
     def columns(sig):
-        """With add_grad: the first element when its region is one contiguous range of a
-        vector (a block then hands back a ColumnGrad, trace.py), else None."""
+        """The first element when the value is one contiguous range of a vector operand (a
+        slice), else None: a block hands the gradient back as a ColumnGrad (trace.py), and a
+        fused run reads the range in place (kernels/fused.py)."""
         return None
+
+    def scalar(self, attrs, t, *xs):
+        """With fusable: the op per element, as Python source for the fused kernels:
+        (value, [d value / d xs[k] per operand]) over the operands' expressions xs and the
+        op's own value t (a name). Spell literals F(1.0) (F: the run's float type), so
+        float32 math stays float32; np is numpy (numba compiles its scalar functions) and
+        _tanh the kernels' vectorizing tanh."""
+        raise NotImplementedError(f"{self.name} is fusable but has no scalar rule")
 
     def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):
         """Gradients for each operand i with needs[i]; None elsewhere.

@@ -1,0 +1,386 @@
+"""The per-op test spec table: one or more entries per public op, saying how to draw random
+operand shapes and values, how to call the op and a plain-numpy reference.
+
+Adding an op adds its entry here; `test_ops_gradcheck.py` (values, finite-difference
+gradients, batched == eager), `test_op_operands.py` (strided, transposed, read-only operands)
+and `test_op_rules.py` (fused scalar rules) read the table, and fail for a registered op
+without an entry.
+"""
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+import hybridbatch as hb
+
+# Registered ops that users never call: constants, parameter reads (inserted by recording),
+# the extra outputs of multi-output nodes, and the classifier loss that block programs fold
+# (checked in test_affine_loss.py).
+INTERNAL = {"input", "param", "output", "affine_pick_neg_log_softmax"}
+
+
+# ---------------------------------------------------------------------------------------
+# random shapes and values
+# ---------------------------------------------------------------------------------------
+def rint(rng, lo=1, hi=4):
+    return int(rng.integers(lo, hi + 1))
+
+
+def rshape(rng, min_rank=0, max_rank=2, lo=1, hi=4):
+    return tuple(rint(rng, lo, hi) for _ in range(rint(rng, min_rank, max_rank)))
+
+
+def draw(rng, shape, dom, dtype=np.float64):
+    """Random values in an op's safe domain."""
+    if dom == "pos":          # log
+        v = rng.uniform(0.5, 2.0, shape)
+    elif dom == "away0":      # divisors, relu inputs: keep finite differences off the kink/pole
+        v = rng.choice([-1.0, 1.0], shape) * rng.uniform(0.3, 1.5, shape)
+    else:                     # "any", "table"
+        v = rng.normal(0.0, 1.0, shape)
+    return np.asarray(v, dtype=dtype)
+
+
+def sigmoid_np(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def log_softmax_np(x):
+    z = x - x.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+# ---------------------------------------------------------------------------------------
+# the spec table
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Spec:
+    id: str
+    op: str                                  # the registered op name this entry exercises
+    dims: Callable                           # rng -> dict of sizes / indices
+    operands: list                           # [(d -> shape, domain)]; domain "table": Parameter only
+    call: Callable                           # (handles, d, aux) -> handle
+    ref: Callable                            # (numpy arrays, d, aux) -> numpy array
+    aux: Optional[Callable] = None           # (rng, d) -> int, drawn per instance
+    batchable: bool = True
+
+    def shapes(self, d):
+        return [f(d) for f, _ in self.operands]
+
+    def doms(self):
+        return [dom for _, dom in self.operands]
+
+
+SPECS = []
+
+
+def spec(*args, **kw):
+    SPECS.append(Spec(*args, **kw))
+
+
+def _same(key):
+    return lambda d: d[key]
+
+
+def _rank_any(rng):
+    return {"s": rshape(rng, 0, 2)}
+
+
+# unary elementwise ops (hb.<name>), on values of rank 0..2: name, numpy reference, domain
+UNARY = [("tanh", np.tanh, "any"), ("sigmoid", sigmoid_np, "any"), ("relu", lambda x: np.maximum(x, 0.0), "away0"),
+         ("exp", np.exp, "any"), ("log", np.log, "pos"), ("abs", np.abs, "away0"), ("sqrt", np.sqrt, "pos")]
+for _name, _ref, _dom in UNARY:
+    spec(_name, _name, _rank_any, [(_same("s"), _dom)],
+         (lambda name: lambda xs, d, a: getattr(hb, name)(xs[0]))(_name),
+         (lambda f: lambda xs, d, a: f(xs[0]))(_ref))
+
+# Python scalars: the scalar_affine op (a * x + c)
+for _id, _call, _ref in [
+        ("scalar_mul", lambda x: x * 2.5, lambda x: x * 2.5),
+        ("scalar_rmul", lambda x: -1.5 * x, lambda x: -1.5 * x),
+        ("scalar_neg", lambda x: -x, lambda x: -x),
+        ("scalar_radd", lambda x: 0.5 + x, lambda x: 0.5 + x),
+        ("scalar_sub", lambda x: x - 0.75, lambda x: x - 0.75),
+        ("scalar_rsub", lambda x: 1.5 - x, lambda x: 1.5 - x),
+        ("scalar_div", lambda x: x / 4.0, lambda x: x / 4.0),
+        ("scalar_np", lambda x: hb.mul(x, np.float32(3.0)), lambda x: x * 3.0),
+        ("scalar_add_int", lambda x: hb.add(2, x), lambda x: x + 2.0)]:
+    spec(_id, "scalar_affine", _rank_any, [(_same("s"), "any")],
+         (lambda c: lambda xs, d, a: c(xs[0]))(_call), (lambda r: lambda xs, d, a: r(xs[0]))(_ref))
+
+
+# binary elementwise ops with per-instance numpy broadcasting
+def _bin_dims_same(rng):
+    return {"a": (s := rshape(rng, 0, 2)), "b": s}
+
+
+def _bin_dims_mat_vec(rng):
+    m, n = rint(rng), rint(rng)
+    return {"a": (m, n), "b": (n,)}
+
+
+def _bin_dims_vec_mat(rng):
+    m, n = rint(rng), rint(rng)
+    return {"a": (n,), "b": (m, n)}
+
+
+def _bin_dims_outer(rng):
+    m, n = rint(rng, 2), rint(rng, 2)
+    return {"a": (m, 1), "b": (n,)}
+
+
+def _bin_dims_scalar(rng):
+    return {"a": (), "b": rshape(rng, 1, 2)}
+
+
+_BIN_OPS = [("add", np.add, lambda a, b: a + b, hb.add),
+            ("sub", np.subtract, lambda a, b: a - b, hb.sub),
+            ("mul", np.multiply, lambda a, b: a * b, hb.mul),
+            ("div", np.divide, lambda a, b: a / b, hb.div)]
+for _name, _ref, _operator, _fn in _BIN_OPS:
+    for _variant, _dims, _use_operator in [("same", _bin_dims_same, True), ("mat_vec", _bin_dims_mat_vec, False),
+                                           ("vec_mat", _bin_dims_vec_mat, True), ("outer", _bin_dims_outer, False),
+                                           ("scalar", _bin_dims_scalar, True)]:
+        spec(f"{_name}_{_variant}", _name, _dims,
+             [(_same("a"), "any"), (_same("b"), "away0" if _name == "div" else "any")],
+             (lambda f: lambda xs, d, a: f(xs[0], xs[1]))(_operator if _use_operator else _fn),
+             (lambda f: lambda xs, d, a: f(xs[0], xs[1]))(_ref))
+
+
+# one value as several operands of one op (its gradient arrives twice)
+def _square_dims(rng):
+    return {"s": rshape(rng, 0, 2), "n": rint(rng)}
+
+
+spec("add_self", "add", _square_dims, [(_same("s"), "any")],
+     lambda xs, d, a: xs[0] + xs[0], lambda xs, d, a: 2 * xs[0])
+spec("mul_self", "mul", _square_dims, [(_same("s"), "any")],
+     lambda xs, d, a: xs[0] * xs[0], lambda xs, d, a: xs[0] ** 2)
+spec("div_self_shifted", "div", _square_dims, [(_same("s"), "pos")],
+     lambda xs, d, a: xs[0] / (xs[0] + 1.0), lambda xs, d, a: xs[0] / (xs[0] + 1.0))
+spec("matmul_self", "matmul", _square_dims, [(lambda d: (d["n"], d["n"]), "any")],
+     lambda xs, d, a: xs[0] @ xs[0], lambda xs, d, a: xs[0] @ xs[0])
+spec("concat_self", "concat", _square_dims, [(lambda d: (d["n"],), "any"), (lambda d: (2,), "any")],
+     lambda xs, d, a: hb.concat([xs[0], xs[1], xs[0]]), lambda xs, d, a: np.concatenate([xs[0], xs[1], xs[0]]))
+spec("add_n_self", "add_n", _square_dims, [(_same("s"), "any"), (_same("s"), "any")],
+     lambda xs, d, a: hb.add_n([xs[0], xs[1], xs[0]]), lambda xs, d, a: 2 * xs[0] + xs[1])
+
+
+# matmul: all four 1-D / 2-D combinations
+def _mm_dims(rng):
+    return {"m": rint(rng), "n": rint(rng), "k": rint(rng)}
+
+
+spec("matmul_vv", "matmul", _mm_dims, [(lambda d: (d["n"],), "any"), (lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.matmul(xs[0], xs[1]), lambda xs, d, a: xs[0] @ xs[1])
+spec("matmul_mv", "matmul", _mm_dims, [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.matmul(xs[0], xs[1]), lambda xs, d, a: xs[0] @ xs[1])
+spec("matmul_vm", "matmul", _mm_dims, [(lambda d: (d["n"],), "any"), (lambda d: (d["n"], d["k"]), "any")],
+     lambda xs, d, a: xs[0] @ xs[1], lambda xs, d, a: xs[0] @ xs[1])
+spec("matmul_mm", "matmul", _mm_dims, [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"], d["k"]), "any")],
+     lambda xs, d, a: xs[0] @ xs[1], lambda xs, d, a: xs[0] @ xs[1])
+
+# affine: W @ x + b with a broadcasting bias
+_affine = (lambda xs, d, a: hb.affine(xs[0], xs[1], xs[2]))
+_affine_ref = (lambda xs, d, a: xs[0] @ xs[1] + xs[2])
+spec("affine_mv", "affine", _mm_dims,
+     [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"],), "any"), (lambda d: (d["m"],), "any")],
+     _affine, _affine_ref)
+spec("affine_mm", "affine", _mm_dims,
+     [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"], d["k"]), "any"), (lambda d: (d["m"], d["k"]), "any")],
+     _affine, _affine_ref)
+spec("affine_mm_bias_row", "affine", _mm_dims,
+     [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"], d["k"]), "any"), (lambda d: (d["k"],), "any")],
+     _affine, _affine_ref)
+spec("affine_vm", "affine", _mm_dims,
+     [(lambda d: (d["n"],), "any"), (lambda d: (d["n"], d["k"]), "any"), (lambda d: (d["k"],), "any")],
+     _affine, _affine_ref)
+spec("affine_vv_scalar_bias", "affine", _mm_dims,
+     [(lambda d: (d["n"],), "any"), (lambda d: (d["n"],), "any"), (lambda d: (), "any")],
+     _affine, _affine_ref)
+
+# add_n
+spec("add_n2", "add_n", _rank_any, [(_same("s"), "any")] * 2,
+     lambda xs, d, a: hb.add_n(xs), lambda xs, d, a: xs[0] + xs[1])
+spec("add_n3", "add_n", _rank_any, [(_same("s"), "any")] * 3,
+     lambda xs, d, a: hb.add_n(xs), lambda xs, d, a: xs[0] + xs[1] + xs[2])
+
+
+# concat
+def _cat_dims(rng):
+    return {"m": rint(rng), "a": rint(rng), "b": rint(rng), "c": rint(rng)}
+
+
+spec("concat_vec", "concat", _cat_dims, [(lambda d: (d["a"],), "any"), (lambda d: (d["b"],), "any")],
+     lambda xs, d, a: hb.concat(xs), lambda xs, d, a: np.concatenate(xs))
+spec("concat_axis1", "concat", _cat_dims, [(lambda d: (d["m"], d["a"]), "any"), (lambda d: (d["m"], d["b"]), "any")],
+     lambda xs, d, a: hb.concat(xs, axis=1), lambda xs, d, a: np.concatenate(xs, axis=1))
+spec("concat_axis0_three", "concat", _cat_dims,
+     [(lambda d: (d["a"], d["m"]), "any"), (lambda d: (d["b"], d["m"]), "any"), (lambda d: (d["c"], d["m"]), "any")],
+     lambda xs, d, a: hb.concat(xs, axis=0), lambda xs, d, a: np.concatenate(xs, axis=0))
+spec("concat_axis_neg", "concat", _cat_dims, [(lambda d: (d["m"], d["a"]), "any"), (lambda d: (d["m"], d["b"]), "any")],
+     lambda xs, d, a: hb.concat(xs, axis=-1), lambda xs, d, a: np.concatenate(xs, axis=-1))
+
+
+# slicing, indexing, split
+def _slice_dims(rng):
+    m, n = rint(rng, 1, 4), rint(rng, 2, 5)
+    i = rint(rng, 0, n - 1)
+    return {"m": m, "n": n, "i": i, "j": rint(rng, i + 1, n), "r": rint(rng, 0, m - 1),
+            "q": rint(rng, 1, 3), "sections": rint(rng, 1, 3)}
+
+
+def _split_dims(rng):
+    d = _slice_dims(rng)
+    d["piece"] = rint(rng, 0, d["sections"] - 1)
+    return d
+
+
+spec("slice_range", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][d["i"]:d["j"]], lambda xs, d, a: xs[0][d["i"]:d["j"]])
+spec("slice_elem", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][d["i"]], lambda xs, d, a: xs[0][d["i"]])
+spec("slice_negative", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0][-1, -d["i"] - 1:], lambda xs, d, a: xs[0][-1, -d["i"] - 1:])
+spec("slice_step", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][::2], lambda xs, d, a: xs[0][::2])
+spec("slice_reverse", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][::-1], lambda xs, d, a: xs[0][::-1])
+spec("slice_reverse_to_start", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0][:, d["j"] - 1::-2], lambda xs, d, a: xs[0][:, d["j"] - 1::-2])
+spec("slice_row", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0][d["r"]], lambda xs, d, a: xs[0][d["r"]])
+spec("slice_2d", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.slice(xs[0], (slice(None), slice(d["i"], d["j"]))),
+     lambda xs, d, a: xs[0][:, d["i"]:d["j"]])
+spec("slice_ij", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0][d["r"], d["i"]], lambda xs, d, a: xs[0][d["r"], d["i"]])
+spec("split_axis1", "slice", _split_dims, [(lambda d: (d["m"], d["sections"] * d["q"]), "any")],
+     lambda xs, d, a: hb.split(xs[0], d["sections"], axis=1)[d["piece"]],
+     lambda xs, d, a: np.split(xs[0], d["sections"], axis=1)[d["piece"]])
+spec("split_axis0", "slice", _split_dims, [(lambda d: (d["sections"] * d["q"],), "any")],
+     lambda xs, d, a: hb.split(xs[0], d["sections"])[d["piece"]],
+     lambda xs, d, a: np.split(xs[0], d["sections"])[d["piece"]])
+
+
+# reshape
+def _rs_dims(rng):
+    return {"m": rint(rng), "n": rint(rng)}
+
+
+spec("reshape_transpose", "reshape", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], (d["n"], d["m"])), lambda xs, d, a: xs[0].reshape(d["n"], d["m"]))
+spec("reshape_flat", "reshape", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], (d["m"] * d["n"],)), lambda xs, d, a: xs[0].reshape(-1))
+spec("reshape_up", "reshape", _rs_dims, [(lambda d: (d["m"] * d["n"],), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], (d["m"], d["n"])), lambda xs, d, a: xs[0].reshape(d["m"], d["n"]))
+spec("reshape_to_scalar", "reshape", _rs_dims, [(lambda d: (1, 1), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], ()), lambda xs, d, a: xs[0].reshape(()))
+
+# sum
+spec("sum_all", "sum", _rank_any, [(_same("s"), "any")],
+     lambda xs, d, a: hb.sum(xs[0]), lambda xs, d, a: np.sum(xs[0]))
+spec("sum_axis0", "sum", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.sum(xs[0], axis=0), lambda xs, d, a: xs[0].sum(axis=0))
+spec("sum_axis1", "sum", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.sum(xs[0], axis=1), lambda xs, d, a: xs[0].sum(axis=1))
+spec("sum_axis_neg", "sum", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.sum(xs[0], axis=-1), lambda xs, d, a: xs[0].sum(axis=-1))
+spec("sum_vec_axis0", "sum", _rs_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.sum(xs[0], axis=0), lambda xs, d, a: xs[0].sum(axis=0))
+
+
+# ops that carry one integer per node
+def _idx_dims(rng):
+    return {"rows": rint(rng, 1, 6), "n": rint(rng, 1, 5), "m": rint(rng, 1, 3)}
+
+
+spec("lookup_2d", "lookup", _idx_dims, [(lambda d: (d["rows"], d["n"]), "table")],
+     lambda xs, d, a: hb.lookup(xs[0], a), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["rows"] - 1))
+spec("lookup_1d", "lookup", _idx_dims, [(lambda d: (d["rows"],), "table")],
+     lambda xs, d, a: hb.lookup(xs[0], a), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["rows"] - 1))
+spec("lookup_3d", "lookup", _idx_dims, [(lambda d: (d["rows"], d["m"], d["n"]), "table")],
+     lambda xs, d, a: hb.lookup(xs[0], np.int64(a)), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["rows"] - 1))
+spec("pick", "pick", _idx_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.pick(xs[0], a), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["n"] - 1))
+spec("log_softmax_vec", "log_softmax", _idx_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.log_softmax(xs[0]), lambda xs, d, a: log_softmax_np(xs[0]))
+spec("log_softmax_mat", "log_softmax", _idx_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.log_softmax(xs[0]), lambda xs, d, a: log_softmax_np(xs[0]))
+spec("pick_neg_log_softmax", "pick_neg_log_softmax", _idx_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.pick_neg_log_softmax(xs[0], a), lambda xs, d, a: -log_softmax_np(xs[0])[a],
+     aux=lambda rng, d: rint(rng, 0, d["n"] - 1))
+
+
+# py_func (unbatchable): module-level functions so every instance has one signature
+def xsin(x):
+    return np.sin(x) * x
+
+
+def xsin_grad(x, y, gy):
+    return (gy * (np.cos(x) * x + np.sin(x)),)
+
+
+def scale_rows(x, v):
+    return x * np.exp(v)
+
+
+def scale_rows_grad(x, v, y, gy):
+    return gy * np.exp(v), (gy * y).sum(axis=0)
+
+
+def col_sq_sum(x):
+    return (x * x).sum(axis=0)
+
+
+def col_sq_sum_grad(x, y, gy):
+    return (2 * x * gy[None, :],)
+
+
+spec("py_func_unary", "py_func", _rank_any, [(_same("s"), "any")],
+     lambda xs, d, a: hb.py_func(xsin, xs[0], out_shape=d["s"], out_dtype=xs[0].dtype, grad_fn=xsin_grad),
+     lambda xs, d, a: xsin(xs[0]), batchable=False)
+spec("py_func_binary", "py_func", _rs_dims, [(lambda d: (d["m"], d["n"]), "any"), (lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.py_func(scale_rows, xs[0], xs[1], out_shape=(d["m"], d["n"]), out_dtype=xs[0].dtype,
+                                 grad_fn=scale_rows_grad),
+     lambda xs, d, a: scale_rows(xs[0], xs[1]), batchable=False)
+spec("py_func_reduce", "py_func", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.py_func(col_sq_sum, xs[0], out_shape=(d["n"],), out_dtype=xs[0].dtype,
+                                 grad_fn=col_sq_sum_grad),
+     lambda xs, d, a: col_sq_sum(xs[0]), batchable=False)
+
+SPEC_IDS = [s.id for s in SPECS]
+assert len(set(SPEC_IDS)) == len(SPEC_IDS), "spec ids must be unique"
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+# ---------------------------------------------------------------------------------------
+def make_param(value, dtype):
+    p = hb.Parameter("gc", np.shape(value), init=0.0, dtype=dtype)
+    p.data = np.asarray(value, dtype)
+    return p
+
+
+def modes_for(spec_):
+    """Every combination of operand modes (a table operand is always a shared Parameter)."""
+    choices = [("shared",) if dom == "table" else ("shared", "inst", "const") for dom in spec_.doms()]
+    return list(itertools.product(*choices))
+
+
+def root_op(handle):
+    return handle.sig.op.name
+
+
+def layouts(spec_):
+    """Every assignment of "shared" (a Parameter operand) / "inst" (a per-instance value) to
+    the operands; a table operand is always shared. All-shared operands make recording
+    insert a `param` read before the op; a shared operand next to per-instance ones reaches
+    the kernel unbatched (shared-left / shared-right matmuls and so on)."""
+    choices = [("shared",) if dom == "table" else ("shared", "inst") for dom in spec_.doms()]
+    return list(itertools.product(*choices))
