@@ -186,3 +186,20 @@ def test_inf_gradient_from_a_shared_row_names_its_first_call(bad, node, reached)
 
     assert message(True) == message(False)
     assert f"node {node} " in message(True)
+
+
+@pytest.mark.parametrize("override, shared", [
+    ({}, [(5, 48)]),
+    ({"distinct_rows": False}, []),
+    ({"distinct_min_rows": 49}, []),          # 48 rows: too few
+    ({"distinct_max_share": 0.1}, []),        # 5 of 48 rows distinct: more than a tenth
+    ({"distinct_min_rows": 48, "distinct_max_share": 0.11}, [(5, 48)]),
+])
+def test_distinct_row_settings_decide_the_split(splits, override, shared):
+    block = Leaf()
+    block.hybridize()
+    with hb.settings(**override), hb.batching(granularity="block"):
+        hs = [block(w, w % 3)[0] for w in WORDS]
+    assert splits == shared
+    eager = [block(w, w % 3)[0].asnumpy() for w in WORDS]
+    np.testing.assert_allclose([h.asnumpy() for h in hs], eager, rtol=1e-6)

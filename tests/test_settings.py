@@ -10,7 +10,6 @@ from hybridbatch import config, nn
 from hybridbatch.kernels import blas
 from hybridbatch.kernels.fused import FusedRun
 from hybridbatch.runtime.plan_cache import CACHE
-from test_distinct import WORDS, Leaf, splits  # noqa: F401  (splits: a fixture)
 
 
 def _values():
@@ -166,23 +165,6 @@ def test_fusion_off_runs_no_fused_kernel():
     assert calls
     assert fused[0] == pytest.approx(plain[0], rel=1e-5)
     np.testing.assert_allclose(fused[1], plain[1], rtol=1e-4, atol=1e-6)
-
-
-@pytest.mark.parametrize("override, shared", [
-    ({}, [(5, 48)]),
-    ({"distinct_rows": False}, []),
-    ({"distinct_min_rows": 49}, []),          # 48 rows: too few
-    ({"distinct_max_share": 0.1}, []),        # 5 of 48 rows distinct: more than a tenth
-    ({"distinct_min_rows": 48, "distinct_max_share": 0.11}, [(5, 48)]),
-])
-def test_distinct_row_settings_decide_the_split(splits, override, shared):
-    block = Leaf()
-    block.hybridize()
-    with hb.settings(**override), hb.batching(granularity="block"):
-        hs = [block(w, w % 3)[0] for w in WORDS]
-    assert splits == shared
-    eager = [block(w, w % 3)[0].asnumpy() for w in WORDS]
-    np.testing.assert_allclose([h.asnumpy() for h in hs], eager, rtol=1e-6)
 
 
 def test_a_smaller_plan_cache_drops_the_oldest_schedules():
