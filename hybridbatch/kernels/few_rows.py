@@ -1,6 +1,6 @@
 """x @ w for a batch of a few rows by a shared weight, compiled (numba).
 
-Why: a tree's deep levels and a sequence batch's last steps multiply a large weight (W1's U:
+Why: a tree's deep levels and a sequence batch's last steps multiply a large weight (say
 1280 x 512, 2.6 MB) by 1-60 rows. BLAS libraries tune for many rows: OpenBLAS copies
 (packs) the whole weight on every call and MKL's packed product has a high fixed cost, so
 both ran such products at 12-70 GFLOP/s on this project's machine. Here the weight streams

@@ -42,8 +42,8 @@ def _tanh(x):
 # division), literals in the run's dtype (F) so float32 math is not widened to float64, and
 # contraction -- but not 'nnan'/'ninf': NaN and inf propagate as in numpy. Nor 'reassoc':
 # the loops are elementwise (nothing to reduce), and reordering 2 * (b * x) into (2 * x) * b
-# overflowed to NaN near float32's maximum where the ops' order gives 0 (W1's kernels ran
-# equally fast without it).
+# overflowed to NaN near float32's maximum where the ops' order gives 0 (a Tree-LSTM's kernels
+# ran equally fast without it).
 _HEADER = """import numpy as np
 from numba import njit
 

@@ -1,7 +1,7 @@
 """Compiling a numba kernel with 512-bit vectors where numba targets AVX-512.
 
 LLVM's loop vectorizer prefers 256-bit vectors on AVX-512 CPUs. Kernels bound by their
-arithmetic run faster with 512-bit ones: W1's fused gate kernels 15-40%, the few-rows
+arithmetic run faster with 512-bit ones: a Tree-LSTM's fused gate kernels 15-40%, the few-rows
 kernel's g @ W about 25%. The width is a global LLVM option, so it is set only while numba
 compiles (or loads) such a kernel, under numba's compiler lock, and put back to LLVM's
 default after: the user's other numba code never sees it.

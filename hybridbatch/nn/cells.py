@@ -44,7 +44,7 @@ class GRUCell(HybridBlock):
 
 
 class TreeLSTMLeaf(HybridBlock):
-    """W1 leaf: [i, o, u] = W x + b; c = σ(i)⊙tanh(u); h = σ(o)⊙tanh(c)."""
+    """Leaf: [i, o, u] = W x + b; c = σ(i)⊙tanh(u); h = σ(o)⊙tanh(c)."""
 
     def __init__(self, hidden, input_size, rng=None):
         super().__init__()
@@ -58,7 +58,7 @@ class TreeLSTMLeaf(HybridBlock):
 
 
 class TreeLSTMInternal(HybridBlock):
-    """W1 internal node: z = U [h_l; h_r] + b; c = σ(i)⊙tanh(u) + σ(f_l)⊙c_l + σ(f_r)⊙c_r."""
+    """Internal node: z = U [h_l; h_r] + b; c = σ(i)⊙tanh(u) + σ(f_l)⊙c_l + σ(f_r)⊙c_r."""
 
     def __init__(self, hidden, rng=None):
         super().__init__()
@@ -72,7 +72,7 @@ class TreeLSTMInternal(HybridBlock):
 
 
 class TreeLSTMCell(Block):
-    """Binary Tree-LSTM (Tai et al. 2015) as in docs/workloads.md W1.
+    """Binary Tree-LSTM (Tai et al. 2015).
 
     cell(x) -> (h, c) for a leaf; cell((h_l, c_l), (h_r, c_r)) -> (h, c) for an internal node.
     """

@@ -69,8 +69,8 @@ def fold_affine_losses(steps, program_outputs):
 
 
 def _foldable(sig):
-    """A thin layer only (fewer than blas.SMALL_WEIGHT elements, W1's 5 x 256): the op's dot
-    products beat a BLAS call there, but not on a wider one (W2's 17 x 512 output layer:
+    """A thin layer only (fewer than blas.SMALL_WEIGHT elements, e.g. a 5 x 256 classifier): the op's dot
+    products beat a BLAS call there, but not on a wider one (a 17 x 512 tagger output layer:
     its step was 2.5% slower folded, in-process A/B)."""
     w = sig.in_shapes[0]
     return (sig.op is Affine and sig.shared == (True, False, True) and len(w) == 2 and w[0] * w[1] < SMALL_WEIGHT

@@ -314,8 +314,8 @@ class RaggedAddN(Op):
     """add_n as a batching scope records it: a node adds any number of operands of one type.
 
     Its signature names the type, not the count, so every add_n of that type at a depth is
-    one batch (W2's sentence losses, over as many tokens as each sentence has, were 30
-    batches a step with AddN). The batch's operands come stacked node after node (one
+    one batch (a tagger's sentence losses, over as many tokens as each sentence has, were
+    30 batches a step with AddN). The batch's operands come stacked node after node (one
     operand position, `ragged`), and aux holds each node's count.
     """
     name = "add_n"       # what the user called; its signatures have one operand type, AddN's two or more

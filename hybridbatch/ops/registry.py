@@ -116,7 +116,7 @@ class RowGrad:
 class ColumnGrad:
     """The gradient of a batch of vectors (B, width) that is zero outside the columns
     first .. first + values.shape[1]: what a block gives back for an input it only slices
-    (W2's step reads its half of the input projection), scattered into those columns alone
+    (a BiLSTM step reads its half of the input projection), scattered into those columns alone
     instead of as a mostly-zero (B, width) array."""
 
     __slots__ = ("first", "values", "width")

@@ -44,7 +44,7 @@ class Graph:
     A call is one node, except a block call of k outputs: nodes nid..nid+k-1, the call's
     and one `Output` node per further output (reading the call's). Recording appends such a
     call once (with its k types); the flush expands it into its nodes (`plan._expand_calls`),
-    a third of the list appends a W1 block call made as nodes. A call that carries several
+    a third of the list appends a Tree-LSTM block call made as nodes. A call that carries several
     integers stores them in aux_flat; its aux is their offset.
     """
 

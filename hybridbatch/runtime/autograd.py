@@ -158,7 +158,7 @@ def _own_gemm_rows(p, xp):
     """Rows from which a part of p's gradient gets a GEMM of its own. Stacking copies a row's
     m + n numbers (p is m x n); a GEMM of its own passes over p's m x n gradient once more.
     With MKL summing into it (beta=1) that pays from about a third of m*n / (m+n) rows: 122
-    for W1's U (1280x512; exit path A/B 0.968 against stacking all). numpy's grad += G^T X
+    for a 1280 x 512 weight ( exit path A/B 0.968 against stacking all). numpy's grad += G^T X
     makes and adds a product per GEMM: where numpy would take such a part every part is
     stacked (own GEMMs: 1.017)."""
     m, n = p.shape

@@ -132,8 +132,8 @@ def learn_views(views, encoding="sort", alpha=0.5, episodes=300, n_step=4, seed=
                 bar.set_postfix(batches=best.batches, lower_bound=bound)
                 if e - improved >= PATIENCE:
                     break
-    # Backing off helps where unseen states resemble seen ones (W3, W5) and misleads where
-    # they do not (W6): drop it only where the samples run strictly fewer batches without.
+    # Backing off helps where unseen states resemble seen ones (taggers, seq2seq) and misleads
+    # where they do not (lattices): drop it only where the samples run strictly fewer batches without.
     if best.states:
         plain = best.with_backoff(False)
         plain.batches = table.batches(plain)

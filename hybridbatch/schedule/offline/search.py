@@ -9,21 +9,21 @@ loose. A search's count is a schedule that exists. Each step extends every kept 
 schedule by every ready signature, scores each by the batches of the prefix plus critical
 path's completion of it, and keeps the `width` best distinct ones. The answer is the best
 scored schedule met, or agenda's or greedy-frontier's schedule where one of those has fewer
-batches (W3's tagger, where critical path is the weakest rule). The very first step scores
+batches (a character-level tagger, where critical path is the weakest rule). The very first step scores
 critical path's own schedule, so search never runs more batches than any of the three.
 
 Where the beam stays above Eq. 2 and the graph falls into narrow parts (a lattice's
 sentences), `automata.merged_core` gives a type sequence for the core types. It is played
 (types with nothing ready skipped, critical path to the end), each of its steps dropped in
 turn where the play then runs no more batches (frontier.drop_steps), and kept where it has
-fewer batches than the beam. On the policies bench's four W6 minibatches: 1,672 batches
+fewer batches than the beam. On four lattice-LSTM minibatches (`bench policies`): 1,672 batches
 against the beam's 1,761 (tight bound 1,599, Eq. 2 1,479). On the beam's trees (2-Type) it
 rarely wins; there it costs most of search's time.
 
 The price is a completion per kept schedule, ready signature and step: O(steps x width x
 signatures x (nodes + edges)), plus the parts' automata (built in Python) and their merges
-(numba). At the default width 4 a W6 minibatch of 64 sentences takes about 9-11 s (the
-beam 7 s, the parts 2-4 s), a W4 2-Type one 0.15 s: tens to thousands of times agenda's
+(numba). At the default width 4 a lattice-LSTM minibatch of 64 sentences takes about 9-11 s (the
+beam 7 s, the parts 2-4 s), a two-type Tree-LSTM one 0.15 s: tens to thousands of times agenda's
 time. It is a reference for offline comparison (`bench policies`), or a choice where a
 batch costs far more than planning does. The loop itself runs in frontier.py's
 numba kernels; this module only keeps the beam.
