@@ -51,16 +51,27 @@ class BlockInt:
     def __init__(self, j):
         self.code = -2 - j
 
+    def __repr__(self):
+        """Which argument it stands for (for a debugger; str() and format() refuse)."""
+        return f"BlockInt({-2 - self.code})"
+
     def _not_a_value(self, *other, **kwargs):
-        """Its value differs per call, so forward cannot read it: int(), indexing, and also
-        truth tests and ==/!= (which would otherwise pick one branch for every later call),
-        and np.asarray (an operand such as `x * n`, else an object array)."""
+        """Its value differs per call, so forward cannot read it. Every use of the value
+        raises, as int() does: a truth test, ==, <, a hash (a set or dict lookup matched no
+        key) or text would pick one branch for every later call, arithmetic would compute
+        with no value, and np.asarray (an operand such as `x * n`) would make an object array."""
         raise TypeError("an integer argument of a hybridized block can only be used as an op index "
                         "(hb.lookup, hb.pick, a label) inside forward; its value is not known "
-                        "while tracing, so it cannot decide a branch")
+                        "while tracing, so forward cannot branch on it, compute with it or print it")
 
-    __index__ = __int__ = __bool__ = __eq__ = __ne__ = __array__ = _not_a_value
-    __hash__ = object.__hash__
+    __index__ = __int__ = __float__ = __complex__ = __bool__ = __hash__ = __array__ = _not_a_value
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _not_a_value
+    __str__ = __format__ = __bytes__ = _not_a_value
+    __neg__ = __pos__ = __abs__ = __invert__ = __round__ = __trunc__ = __floor__ = __ceil__ = _not_a_value
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __matmul__ = __rmatmul__ = _not_a_value
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _not_a_value
+    __divmod__ = __rdivmod__ = __pow__ = __rpow__ = __lshift__ = __rlshift__ = __rshift__ = _not_a_value
+    __rrshift__ = __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _not_a_value
 
 
 def _int_column(code):
