@@ -17,7 +17,7 @@ from .train.parameter_dict import ParameterDict
 from .train.optim import Trainer
 from .record.scope import batching, Stats
 from .runtime.plan_cache import set_plan_cache_size
-from .hybrid.trace import set_fusion
+from .hybrid.passes import set_fusion
 from .hybrid.distinct import set_distinct_rows
 from .kernels.blas import use as set_blas, name as blas_library
 

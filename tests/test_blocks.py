@@ -515,7 +515,7 @@ def _assert_gradients_like_eager(blocks, loss, fused=True):
     """Every parameter's gradient of loss() in op and block mode equals eager's (finite),
     the blocks hybridized with fusion on or off (log(0)'s warnings silenced)."""
     params = [p for b in blocks for p in b.collect_params().values()]
-    before = hb.hybrid.trace.FUSION["enabled"]
+    before = hb.hybrid.passes.FUSION["enabled"]
     hb.set_fusion(fused)
     try:
         for b in blocks:

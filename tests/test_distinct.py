@@ -10,7 +10,7 @@ import hybridbatch as hb
 from hybridbatch.hybrid import distinct
 from hybridbatch import nn
 from hybridbatch.errors import NumericsError
-from hybridbatch.hybrid.trace import FUSION
+from hybridbatch.hybrid.passes import FUSION
 
 WORDS = [3, 1, 3, 0, 7, 1, 3, 3, 9, 0, 1, 7] * 4       # 48 calls, 5 distinct words
 
@@ -109,7 +109,7 @@ def test_the_keyed_part_is_the_words_layers_not_the_labels_loss():
     with hb.batching(granularity="block"):
         block(3, 1)
     program = next(iter(block._programs.values()))
-    part = program.keyed_part(program.units(np))
+    part = program.op.keyed_part(program.op.units(np))
     assert part.column == 0
     # the classifier and its loss are one folded step, which reads the label: not keyed
     assert [u[1].op.name for u in part.rest] == ["affine_pick_neg_log_softmax"]
@@ -138,7 +138,7 @@ def test_a_part_without_a_product_is_not_split():
     with hb.batching(granularity="block"):
         block(1)
     program = next(iter(block._programs.values()))
-    assert program.keyed_part(program.units(np)) is None
+    assert program.op.keyed_part(program.op.units(np)) is None
 
 
 def test_nan_from_a_shared_row_names_its_first_call():

@@ -46,6 +46,10 @@ class Op:
     zero_exact = False   # True: no ordinary finite operand makes its value or local derivative
                          # inf or NaN (only overflow can), so a zero output gradient gives exact
                          # zeros. Not log (-inf at 0), div (x / 0) or py_func: autograd._output_groups
+    # What a block call's op (hybrid/composite.py) tells the runtime; a primitive keeps these:
+    extra_out_sigs = ()  # signatures of outputs 1..n_out-1: the flush adds a node of each after the call
+    input_use = None     # (n_out, n_operands) bools, which operands each output depends on; None: all
+    owner_block = None   # the HybridBlock whose forward the op runs (granularity="auto" groups by it)
     id = -1
 
     def infer(self, attrs, shapes, dtypes):
@@ -69,10 +73,19 @@ class Op:
         """Batched forward: xs[i] is (B,)+shape, or the raw parameter when sig.shared[i]."""
         raise NotImplementedError
 
+    def params_used(self, sig):
+        """Ids of the shared Parameters a node of `sig` reads (a block call: its steps')."""
+        return [pid for pid in sig.params if pid is not None]
+
+    def locate_nonfinite(self, xp, sig, xs, aux, row):
+        """Where inside a node the NaN/inf of batch row `row` first appeared, as (op name,
+        source line), given the batch's operands and aux; None where the node is one op."""
+        return None
+
     @staticmethod
     def columns(sig):
         """With add_grad: the first element when its region is one contiguous range of a
-        vector (a block then hands back a ColumnGrad, trace.py), else None."""
+        vector (a block then hands back a ColumnGrad, composite.py), else None."""
         return None
 
     def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):

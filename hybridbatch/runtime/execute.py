@@ -113,12 +113,7 @@ def _run_batches(plan, arenas, xp, origin):
 def _inside(plan, arenas, b, sig, row, xp):
     """For a block call's batch: where in the block's forward the bad row first went
     NaN/inf (its steps rerun one by one on that row), as text for the error."""
-    program = getattr(sig.op, "program", None)
-    if program is None:
-        return ""
-    xs = [x[row:row + 1] for x in operands(plan, arenas, b, sig)]
-    aux = batch_aux(plan, b, sig.op)
-    found = program.first_nonfinite_step(xp, xs, None if aux is None else aux[row:row + 1])
+    found = sig.op.locate_nonfinite(xp, sig, operands(plan, arenas, b, sig), batch_aux(plan, b, sig.op), row)
     return "" if found is None else f" (inside the block: first at {found[0]}, {found[1]})"
 
 

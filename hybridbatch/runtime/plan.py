@@ -85,8 +85,7 @@ def _nodes(calls, start):
     """graph.delta's per-call arrays (sig, aux, arg_ptr, args) as per-node arrays."""
     sig = calls[0]
     usig, local = _compact(sig, len(signature.SIGS))
-    extras = [[s.id for s in op.program.extra_out_sigs] if op.n_out > 1 else []
-              for op in (signature.SIGS[s].op for s in usig.tolist())]
+    extras = [[s.id for s in signature.SIGS[s].op.extra_out_sigs] for s in usig.tolist()]
     n_extra = np.array([len(e) for e in extras], np.int64)
     if not n_extra.any():
         return calls
@@ -214,11 +213,11 @@ def _write_constants(constants, start, arenas, base, type_local, rows):
 
 def _input_use_tables(ops):
     """(offset per compact signature, flat bools): where a block's outputs do not all depend on
-    all its inputs, its Program.input_use row-major at that offset; -1 elsewhere."""
+    all its inputs, its op's input_use row-major at that offset; -1 elsewhere."""
     off = np.full(len(ops), -1, np.int64)
     parts, at = [], 0
     for s, op in enumerate(ops):
-        use = getattr(getattr(op, "program", None), "input_use", None)
+        use = op.input_use
         if use is not None:
             off[s] = at
             parts.append(use.ravel())
