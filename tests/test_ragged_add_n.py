@@ -60,7 +60,7 @@ def test_add_ns_of_every_count_run_as_one_batch_and_match_eager(granularity, pol
     assert len(sums) == 1, "the six add_n's of 2..7 operands are one batch"
     plan, b = sums[0]
     assert plan.operand_counts(b).tolist() == COUNTS
-    assert plan.g_size[plan.g_ptr[b]] == sum(COUNTS)
+    assert plan.gathers.size[plan.gathers.first[b]] == sum(COUNTS)
 
 
 def test_operands_from_two_flushes_and_unreached_nodes():
