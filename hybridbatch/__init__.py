@@ -23,8 +23,8 @@ globals().update(_UNARY)      # hb.tanh, hb.exp, ...: one per unary elementwise 
 
 __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", *_UNARY, "add_n", "concat", "slice", "split",
-    "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax", "py_func", "Tensor", "HybridBatchError", "ShapeError", "ScopeError",
-    "BackwardError", "NumericsError", "Future", "Parameter", "batching", "Stats",
+    "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax", "py_func", "Tensor",
+    "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching", "Stats",
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows",
     "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",

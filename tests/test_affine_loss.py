@@ -81,7 +81,7 @@ def _run(mode, fused=True, xs=None, also_logits=False):
             with hb.batching(granularity=mode):
                 loss = summed()
         loss.backward()
-        units = next(iter(block._programs.values())).units(np) if block._programs else None
+        units = next(iter(block._programs.values())).op.units(np) if block._programs else None
     return loss.asnumpy(), [p.grad.copy() for p in params], units
 
 
@@ -170,7 +170,7 @@ def test_property_folded_batches_equal_eager(classes, width, labels, seed):
                 loss = total()
         loss.backward()
         results.append((loss.asnumpy(), [p.grad.copy() for p in block.collect_params().values()] + [xs.grad.copy()]))
-    assert FOLDED in _names(next(iter(block._programs.values())).units(np))
+    assert FOLDED in _names(next(iter(block._programs.values())).op.units(np))
     _same(*results)
 
 
@@ -183,4 +183,4 @@ def test_a_wide_classifier_keeps_its_blas_product():
         width = block.out.weight.shape[1]
         with hb.batching(granularity="block"):
             block(np.ones(width, np.float32), 1).asnumpy()
-        assert (FOLDED in _names(next(iter(block._programs.values())).units(np))) is folded
+        assert (FOLDED in _names(next(iter(block._programs.values())).op.units(np))) is folded

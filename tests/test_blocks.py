@@ -286,11 +286,36 @@ def test_integer_block_argument_is_range_checked_at_the_call():
             block(12, 1)
 
 
-@pytest.mark.parametrize("branch", [lambda flag: flag, lambda k: k == 0, lambda k: k != 0])
+_VALUE_USES = {
+    "truth": lambda k: k,
+    "==": lambda k: k == 0,
+    "!=": lambda k: k != 0,
+    "in a set": lambda k: k in {0, 1},
+    "a dict key": lambda k: {0: True}.get(k, False),
+    "hash": lambda k: hash(k) == hash(0),
+    "str": lambda k: str(k) == "0",
+    "f-string": lambda k: f"{k}" == "0",
+    "format": lambda k: format(k, "d") == "0",
+    "index": lambda k: [True, False][k],
+    "<": lambda k: k < 1,
+    ">=": lambda k: 1 >= k,
+    "+": lambda k: k + 1 == 1,
+    "radd": lambda k: 1 + k == 1,
+    "neg": lambda k: -k == 0,
+    "float": lambda k: float(k) == 0.0,
+}
+
+
+@pytest.mark.parametrize("use", list(_VALUE_USES))
 @pytest.mark.parametrize("granularity", [None, "block", "op"])
-def test_integer_block_argument_used_as_a_condition_raises(branch, granularity):
+def test_integer_block_argument_used_as_a_value_raises(use, granularity):
     """An integer (or bool) argument is a trace placeholder: branching on it would bake one
-    branch into the program for every later value, so it must fail, not pick a branch."""
+    branch into the program for every later value, so it must fail, not pick a branch. A
+    placeholder that hashed by identity matched no key (`k in {0, 1}` was False) and printed
+    as an object, and ordering or arithmetic said only that the type does not support it:
+    every use of its value raises the library's TypeError."""
+    branch = _VALUE_USES[use]
+
     class Flagged(hb.HybridBlock):
         def forward(self, x, flag):
             return hb.tanh(x) if branch(flag) else x * 2.0
@@ -298,12 +323,28 @@ def test_integer_block_argument_used_as_a_condition_raises(branch, granularity):
     block = Flagged()
     block.hybridize()
     x = np.ones(3, np.float32)
-    with pytest.raises(TypeError, match="op index"):
-        if granularity is None:
-            block(x, False)
-        else:
-            with hb.batching(granularity=granularity):
-                block(x, False)
+    for arg in (0, False):
+        with pytest.raises(TypeError, match="op index"):
+            if granularity is None:
+                block(x, arg)
+            else:
+                with hb.batching(granularity=granularity):
+                    block(x, arg)
+
+
+def test_integer_block_argument_repr_names_its_position():
+    """repr stays readable in a debugger or traceback: it is not a value forward can branch on."""
+    seen = []
+
+    class Shows(hb.HybridBlock):
+        def forward(self, x, k, j):
+            seen.append((repr(k), repr(j)))
+            return hb.tanh(x)
+
+    block = Shows()
+    block.hybridize()
+    block(np.ones(3, np.float32), 0, 1)
+    assert seen == [("BlockInt(0)", "BlockInt(1)")]
 
 
 def test_block_called_without_arguments_agrees():

@@ -95,7 +95,7 @@ def test_the_keyed_part_is_the_words_layers_not_the_labels_loss():
     with hb.batching(granularity="block"):
         block(3, 1)
     program = next(iter(block._programs.values()))
-    part = program.keyed_part(program.units(np))
+    part = program.op.keyed_part(program.op.units(np))
     assert part.column == 0
     # the classifier and its loss are one folded step, which reads the label: not keyed
     assert [u[1].op.name for u in part.rest] == ["affine_pick_neg_log_softmax"]
@@ -125,7 +125,7 @@ def test_a_part_without_a_product_is_not_split():
     with hb.batching(granularity="block"):
         block(1)
     program = next(iter(block._programs.values()))
-    assert program.keyed_part(program.units(np)) is None
+    assert program.op.keyed_part(program.op.units(np)) is None
 
 
 def test_nan_from_a_shared_row_names_its_first_call():

@@ -30,7 +30,7 @@ def _tree_lstm_step(fused, hidden=6):
             c = cell(leaves[3], leaves[4])
             loss = hb.add_n([hb.pick_neg_log_softmax(head(h), i % 3) for i, (h, _) in enumerate([a, b, c] + leaves)])
         loss.backward()
-        units = next(iter(cell.internal._programs.values())).units(np)
+        units = next(iter(cell.internal._programs.values())).op.units(np)
     return loss.asnumpy(), [p.grad.copy() for p in params], units
 
 
@@ -50,7 +50,7 @@ def test_lstm_gate_math_fuses_into_one_run():
         cell(np.ones(3, np.float32), np.zeros(5, np.float32), np.zeros(5, np.float32))
     program = next(iter(cell._programs.values()))
     with hb.settings(fusion=True):
-        runs = [u for u in program.units(np) if isinstance(u, FusedRun)]
+        runs = [u for u in program.op.units(np) if isinstance(u, FusedRun)]
     assert len(runs) == 1                                 # everything after the affine
     assert len(runs[0].steps) >= 10 and sorted(runs[0].outputs) == sorted(program.outputs)
 
@@ -217,7 +217,7 @@ def _gates_step(variant, fused):
     with hb.settings(fusion=not fused):     # backward follows the forward's plan, whatever the switch says now
         loss.backward()
     with hb.settings(fusion=fused):
-        units = next(iter(block._programs.values())).units(np)
+        units = next(iter(block._programs.values())).op.units(np)
     return loss.item(), [p.grad.copy() for p in (w, b, emb)], units
 
 
@@ -286,7 +286,7 @@ def _slices_step(second, mode, rows, reached=range(6)):
                 outs = [block(hb.lookup(emb, k)) for k in range(len(rows))]
                 loss = hb.add_n([hb.sum(outs[k] * (1.0 + k)) for k in reached])
         loss.backward()
-        units = [] if mode == "eager" else next(iter(block._programs.values())).units(np)
+        units = [] if mode == "eager" else next(iter(block._programs.values())).op.units(np)
     return np.stack([o.asnumpy() for o in outs]), emb.grad.copy(), units
 
 
@@ -357,8 +357,8 @@ def test_a_program_drops_the_steps_no_output_reads():
         np.testing.assert_allclose(got[mode][0], got["eager"][0], rtol=1e-6, err_msg=mode)
         np.testing.assert_allclose(got[mode][1], got["eager"][1], rtol=1e-5, err_msg=mode)
     program = next(iter(block._programs.values()))
-    assert [step[1].op.name for step in program.steps] == ["matmul", "sigmoid", "mul"]
-    assert all(unit.outputs for unit in program.units(np) if isinstance(unit, FusedRun))
+    assert [step.sig.op.name for step in program.steps] == ["matmul", "sigmoid", "mul"]
+    assert all(unit.outputs for unit in program.op.units(np) if isinstance(unit, FusedRun))
 
 
 class _DeadLogBranch(_LogOfRelu):

@@ -81,4 +81,4 @@ def test_chains_of_different_lengths_read_their_state_in_place():
     steps = [b for b in range(plan.n_batches) if signature.SIGS[plan.batch_sig[b]].op.name == "block:_Step"]
     assert [plan.sizes[b] for b in steps] == [7, 6, 5, 4, 3, 2]
     # operand 1 (h) of every step after the first is the previous step's first rows: a view
-    assert all(plan.g_kind[plan.g_ptr[b] + 1] == plan_module.SLICE for b in steps[1:])
+    assert all(plan.gathers.kind[plan.gathers.first[b] + 1] == plan_module.SLICE for b in steps[1:])

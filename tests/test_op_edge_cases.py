@@ -124,7 +124,7 @@ def test_fused_run_with_a_non_finite_python_scalar(c):
                 total = hb.add_n(losses)
         total.backward()
         results.append(([loss.asnumpy() for loss in losses], W.grad.copy()))
-    assert any(isinstance(u, FusedRun) for p in block._programs.values() for u in p._units or ())
+    assert any(isinstance(u, FusedRun) for p in block._programs.values() for u in p.op._units or ())
     for values, grad in results[1:]:
         np.testing.assert_allclose(values, results[0][0], rtol=1e-5, equal_nan=True)
         np.testing.assert_allclose(grad, results[0][1], rtol=1e-5, equal_nan=True)

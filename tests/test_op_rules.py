@@ -126,7 +126,7 @@ def _block_run(mode, W, scales, weights):
             with hb.batching(granularity="block"):
                 outs, loss = calls()
         loss.backward()
-    units = next(iter(block._programs.values()))._units if mode == "fused" else None
+    units = next(iter(block._programs.values())).op._units if mode == "fused" else None
     return [[y.asnumpy() for y in ys] for ys in outs], W.grad.copy(), units
 
 

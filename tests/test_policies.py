@@ -153,7 +153,7 @@ def test_two_instances_of_one_block_are_told_apart_by_parameter_age():
             first(x, x)
             second(x, x)
         plan = scope.plans[0]
-        name = {signature.SIGS[g].op.program.owner: plan.view.sig_keys[plan.view.sig[plan.order[b]]]
+        name = {signature.SIGS[g].op.owner_block: plan.view.sig_keys[plan.view.sig[plan.order[b]]]
                 for g, b in zip(plan.batch_sig, plan.bptr[:-1])}
         assert name[older] == "block:Internal()(float32[8], float32[8])"
         assert name[newer] == name[older] + "#2"

@@ -60,7 +60,7 @@ def test_add_ns_of_every_count_run_as_one_batch_and_match_eager(granularity, pol
     assert len(sums) == 1, "the six add_n's of 2..7 operands are one batch"
     plan, b = sums[0]
     assert plan.operand_counts(b).tolist() == COUNTS
-    assert plan.g_size[plan.g_ptr[b]] == sum(COUNTS)
+    assert plan.gathers.size[plan.gathers.first[b]] == sum(COUNTS)
 
 
 def test_operands_from_two_flushes_and_unreached_nodes():
@@ -150,7 +150,7 @@ def test_inside_a_hybridized_block_add_n_keeps_its_arity():
     with hb.batching(granularity="block"):
         hb.sum(hb.add_n([cell(hb.array(x), hb.array(x * 2)) for x in xs])).backward()
     np.testing.assert_allclose(cell.W.grad, eager, rtol=1e-5)
-    assert all(step[1].op is AddN for step in next(iter(cell._programs.values())).steps if step[1].op.name == "add_n")
+    assert all(step.sig.op is AddN for step in next(iter(cell._programs.values())).steps if step.sig.op.name == "add_n")
 
 
 def test_check_numerics_names_the_add_n_line():

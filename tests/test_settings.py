@@ -151,7 +151,7 @@ def test_fusion_off_runs_no_fused_kernel():
     cell = nn.LSTMCell(5, 3, seed=0)
     cell.hybridize()
     _lstm_steps(cell)
-    runs = [u for program in cell._programs.values() for u in program.units(np) if isinstance(u, FusedRun)]
+    runs = [u for program in cell._programs.values() for u in program.op.units(np) if isinstance(u, FusedRun)]
     assert runs
     calls = []
     for run in runs:

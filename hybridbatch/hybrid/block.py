@@ -1,10 +1,11 @@
 """Blocks: parameters and child blocks registered by attribute, like Gluon and PyTorch modules.
 
 A HybridBlock's forward uses only hb ops, so `hybridize()` can trace it once per input
-signature into a Program (trace.py). Inside `hb.batching(granularity="block")` each call of a
-hybridized block is then ONE graph node and a batch of such calls runs the traced program
-once on the stacked inputs; at op granularity the program is replayed op by op so primitive
-ops batch across block boundaries; eagerly it is replayed for one instance.
+signature into a Program (tracing.py, program.py). Inside `hb.batching(granularity="block")`
+each call of a hybridized block is then ONE graph node and a batch of such calls runs the
+traced program once on the stacked inputs (composite.py); at op granularity the program is
+replayed op by op so primitive ops batch across block boundaries; eagerly it is replayed for
+one instance.
 """
 import warnings
 import weakref
@@ -16,7 +17,8 @@ from ..errors import ScopeError
 from ..record.future import Future
 from ..train.parameter import Parameter
 from ..train.parameter_dict import ParameterDict
-from .trace import INT, STATIC, trace
+from .arguments import INT, STATIC
+from .tracing import trace
 
 
 _local = _scope._local         # its .scope: the batching scope recording on this thread, or None
@@ -208,7 +210,6 @@ class HybridBlock(Block):
             program = trace(self, key, tracer)
         finally:
             _scope.end_tracing(tracer)
-        program.owner = self
         _traced.add(self)
         return program
 

@@ -13,6 +13,7 @@ import numpy as np
 from ..config import settings
 from ..kernels import scatter_add_rows
 from ..kernels.fused import FusedRun
+from .arguments import int_column
 
 
 class KeyedPart:
@@ -41,28 +42,26 @@ class KeyedPart:
         return first, inverse
 
 
-def keyed_part(units, outputs, int_column):
+def keyed_part(units, outputs):
     """The KeyedPart of a program's units, or None when none pays: the keyed units read one
     integer column (units reading another stay in rest) and hold a product (`op.product`:
-    the work worth sharing; a part without one is not split).
-    int_column(aux code) -> the column, or None for a constant."""
+    the work worth sharing; a part without one is not split)."""
     slots, keyed, rest = set(), [], []
     key, product = None, False      # the first integer column read decides the key
     for unit in units:
         reads = _reads(unit)
         if isinstance(unit, FusedRun):
             ok = bool(reads) and all(r in slots for r in reads)
-            made = [step[0] for step in unit.steps]
+            made = [step.slot for step in unit.steps]
         else:
-            slot, sig, _, aux = unit
-            op = sig.op
-            column = int_column(aux) if op.uses_aux else None
+            op = unit.sig.op
+            column = int_column(unit.aux) if op.uses_aux else None
             ok = (op.batchable and all(r in slots for r in reads) and (bool(reads) or column is not None)
                   and (column is None or key is None or column == key))
             if ok and column is not None:
                 key = column
             product |= ok and op.product
-            made = [slot]
+            made = [unit.slot]
         if ok:
             slots.update(made)
             keyed.append(unit)
@@ -90,7 +89,7 @@ def _by_first_row(key):
 def _reads(unit):
     if isinstance(unit, FusedRun):
         return [k for kind, k in unit.inputs if kind == "slot"]
-    return [r for r in unit[2] if r is not None]
+    return [r for r in unit.refs if r is not None]
 
 
 class Distinct:

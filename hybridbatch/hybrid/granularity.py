@@ -18,8 +18,7 @@ def choose_granularity(plan):
     """
     seen = {}
     for sig_id, size in zip(plan.batch_sig, plan.sizes):
-        program = getattr(signature.SIGS[sig_id].op, "program", None)
-        owner = getattr(program, "owner", None)
+        owner = signature.SIGS[sig_id].op.owner_block
         if owner is not None:
             sizes, sigs = seen.setdefault(owner, ([], set()))
             sizes.append(size)

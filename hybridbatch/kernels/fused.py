@@ -316,15 +316,16 @@ def plan_units(steps, program_outputs):
 
     An affine step whose output only feeds fused runs becomes a bias-free matmul step, and
     the runs add its bias where they read the output (and sum its gradient). Every run has
-    a value read after it: a program keeps no dead steps (trace.Program)."""
+    a value read after it: a program keeps no dead steps (hybrid/program.py)."""
     runs = [(span, _run_outputs(steps, span, program_outputs)) for span in _run_spans(steps)]
     spans = [span for span, _ in runs]
     folds = _bias_folds(steps, spans, program_outputs)
     steps = list(steps)
     biases = {}
     for k, pid in folds.items():
-        slot, sig, refs, aux = steps[k]
-        steps[k] = (slot, signature.intern(sig.op.without_bias, sig.attrs, sig.codes[:-1]), refs[:-1], aux)
+        slot, sig, refs, _ = steps[k]
+        steps[k] = steps[k]._replace(sig=signature.intern(sig.op.without_bias, sig.attrs, sig.codes[:-1]),
+                                     refs=refs[:-1])
         biases[slot] = pid
     units, i = [], 0
     for (start, end, n), outs in runs:

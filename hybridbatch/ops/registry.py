@@ -53,6 +53,10 @@ class Op:
     without_bias = None  # for an op that is another op plus a bias (its last operand): that op,
                          # taking the other operands (affine: matmul). Fused runs that read the
                          # value may add the bias themselves (kernels/fused.py)
+    # What a block call's op (hybrid/composite.py) tells the runtime; a primitive keeps these:
+    extra_out_sigs = ()  # signatures of outputs 1..n_out-1: the flush adds a node of each after the call
+    input_use = None     # (n_out, n_operands) bools, which operands each output depends on; None: all
+    owner_block = None   # the HybridBlock whose forward the op runs (granularity="auto" groups by it)
     id = -1
 
     def infer(self, attrs, shapes, dtypes):
@@ -76,10 +80,19 @@ class Op:
         """Batched forward: xs[i] is (B,)+shape, or the raw parameter when sig.shared[i]."""
         raise NotImplementedError
 
+    def params_used(self, sig):
+        """Ids of the shared Parameters a node of `sig` reads (a block call: its steps')."""
+        return [pid for pid in sig.params if pid is not None]
+
+    def locate_nonfinite(self, xp, sig, xs, aux, row):
+        """Where inside a node the NaN/inf of batch row `row` first appeared, as (op name,
+        source line), given the batch's operands and aux; None where the node is one op."""
+        return None
+
     @staticmethod
     def columns(sig):
         """The first element when the value is one contiguous range of a vector operand (a
-        slice), else None: a block hands the gradient back as a ColumnGrad (trace.py), and a
+        slice), else None: a block hands the gradient back as a ColumnGrad (composite.py), and a
         fused run reads the range in place (kernels/fused.py)."""
         return None
 

@@ -22,7 +22,7 @@ from ..ops.shape import Input, ParamRead
 from ..train.parameter import Parameter
 from ..runtime.plan import Plan
 from ..schedule import get_policy
-from ..hybrid.trace import BlockInt
+from ..hybrid.arguments import BlockInt
 from ..runtime import backend
 from . import signature
 

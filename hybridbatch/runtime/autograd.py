@@ -17,6 +17,7 @@ from ..kernels import blas
 from ..ops import ColumnGrad, OuterGrad, RowGrad
 from ..train.parameter import by_id
 from . import memory
+from .plan import MIXED
 from ..record import signature
 
 
@@ -228,11 +229,12 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             sig = sigs[plan.batch_sig[b]]
             op = sig.op
             size = plan.sizes[b]
-            g0 = plan.g_ptr[b]
+            gathers = plan.gathers
+            g0 = gathers.first[b]
             needs, k = [], g0
             for pid in sig.params:
                 if pid is None:
-                    needs.append(not plan.g_const[k])
+                    needs.append(not gathers.const[k])
                     k += 1
                 else:
                     needs.append(by_id(pid).grad_req != "null")
@@ -277,12 +279,12 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                         numerics.check(gx, f"operand {j}")     # counting shared parameters too
                     if rows is not None:
                         gx = _at_rows(gx, rows, size, xp)
-                    grad_arena(plan.g_arena[k])   # the spec's first arena; MIXED ones below
-                    if plan.g_kind[k] == 2:
-                        p = plan.g_off[k]
-                        for owner in np.unique(plan.row_arena[p:p + plan.g_size[k]]):
+                    grad_arena(gathers.arena[k])   # the spec's first arena; MIXED ones below
+                    if gathers.kind[k] == MIXED:
+                        p = gathers.off[k]
+                        for owner in np.unique(gathers.owners[p:p + gathers.size[k]]):
                             grad_arena(owner)
-                    scatter_add(plan, grads, k, gx)
+                    scatter_add(gathers, grads, k, gx)
 
 
 def _at_rows(gx, rows, size, xp):

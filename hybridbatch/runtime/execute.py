@@ -10,17 +10,17 @@ from . import backend
 from ..record import signature
 
 
-def gather(plan, arenas, g):
-    """The operand array described by gather spec g: its g_size rows."""
-    a, s, size = plan.g_arena[g], plan.g_start[g], plan.g_size[g]
-    kind = plan.g_kind[g]
+def gather(gathers, arenas, g):
+    """The operand array described by spec g of `gathers` (plan.Gathers): its rows."""
+    a, s, size = gathers.arena[g], gathers.start[g], gathers.size[g]
+    kind = gathers.kind[g]
     if kind == SLICE:
         return arenas[a][s:s + size]
-    p = plan.g_off[g]
-    rows = plan.rows[p:p + size]
+    p = gathers.off[g]
+    rows = gathers.rows[p:p + size]
     if kind == TAKE:
         return arenas[a].take(rows, axis=0)
-    owners = plan.row_arena[p:p + size]
+    owners = gathers.owners[p:p + size]
     out = backend.xp().empty((size,) + arenas[a].shape[1:], arenas[a].dtype)
     for owner in np.unique(owners):
         mask = owners == owner
@@ -28,23 +28,23 @@ def gather(plan, arenas, g):
     return out
 
 
-def scatter_add(plan, grads, g, gx):
+def scatter_add(gathers, grads, g, gx):
     """Add gx (one row per gathered row of spec g, or a ColumnGrad of those rows) into the
-    gradient arenas behind gather spec g."""
-    a, s, size = plan.g_arena[g], plan.g_start[g], plan.g_size[g]
-    kind = plan.g_kind[g]
+    gradient arenas behind spec g of `gathers`."""
+    a, s, size = gathers.arena[g], gathers.start[g], gathers.size[g]
+    kind = gathers.kind[g]
     if kind == SLICE:
         if gx.__class__ is ColumnGrad:
             grads[a][s:s + size, gx.first:gx.first + gx.values.shape[1]] += gx.values
         else:
             grads[a][s:s + size] += gx
         return
-    p = plan.g_off[g]
-    rows = plan.rows[p:p + size]
+    p = gathers.off[g]
+    rows = gathers.rows[p:p + size]
     if kind == TAKE:
         _scatter_rows(grads[a], rows, gx)
         return
-    owners = plan.row_arena[p:p + size]
+    owners = gathers.owners[p:p + size]
     for owner in np.unique(owners):
         mask = owners == owner
         _scatter_rows(grads[owner], rows[mask], ColumnGrad(gx.first, gx.values[mask], gx.width)
@@ -61,10 +61,11 @@ def _scatter_rows(dst, rows, gx):
 def operands(plan, arenas, b, sig):
     """Kernel operands of batch b: gathered values, or shared parameters as they are."""
     xs = []
-    g = plan.g_ptr[b]
+    gathers = plan.gathers
+    g = gathers.first[b]
     for pid in sig.params:
         if pid is None:
-            xs.append(gather(plan, arenas, g))
+            xs.append(gather(gathers, arenas, g))
             g += 1
         else:
             xs.append(by_id(pid).data)
@@ -113,12 +114,7 @@ def _run_batches(plan, arenas, xp, origin):
 def _inside(plan, arenas, b, sig, row, xp):
     """For a block call's batch: where in the block's forward the bad row first went
     NaN/inf (its steps rerun one by one on that row), as text for the error."""
-    program = getattr(sig.op, "program", None)
-    if program is None:
-        return ""
-    xs = [x[row:row + 1] for x in operands(plan, arenas, b, sig)]
-    aux = batch_aux(plan, b, sig.op)
-    found = program.first_nonfinite_step(xp, xs, None if aux is None else aux[row:row + 1])
+    found = sig.op.locate_nonfinite(xp, sig, operands(plan, arenas, b, sig), batch_aux(plan, b, sig.op), row)
     return "" if found is None else f" (inside the block: first at {found[0]}, {found[1]})"
 
 

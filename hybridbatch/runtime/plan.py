@@ -4,8 +4,10 @@ Values live in arenas, one array per (flush, type) whose rows are the flush's no
 that type in execution order. A batch's outputs are therefore contiguous rows: writing
 them is one slice assignment, and an operand whose rows come from one earlier batch in
 order is a view, not a copy (gather kind 0). Other operands are one `take` from a single
-arena (kind 1) or, across flushes, a few (kind 2).
+arena (kind 1) or, across flushes, a few (kind 2). `Plan.gathers` says how.
 """
+from dataclasses import dataclass
+
 import numpy as np
 from numba import njit
 
@@ -18,6 +20,32 @@ from . import backend, memory
 from ..record import signature
 
 SLICE, TAKE, MIXED = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class Gathers:
+    """How every batch of a plan reads its operands: what execution and backward take from
+    planning. Spec g is one operand position of one batch (a ragged batch has one, holding
+    the operands of all its nodes); batch b's specs are first[b] .. first[b + 1] - 1, in
+    operand order. The per-spec fields are Python lists, read one element at a time (slots
+    read as fast as plain attributes; a NamedTuple's fields read about half as fast):
+
+    kind: SLICE, rows start .. start + size of one arena (a view); TAKE, the rows
+    rows[off:off + size] of that arena; MIXED, row rows[i] of arena owners[i] for those i.
+    arena: the arena (MIXED: its first row's). start: the first row. off: where the spec's
+    rows begin in `rows` and `owners`. size: rows gathered, the batch size or a ragged
+    batch's operand count. const: every row is an input, so no gradient flows back.
+    """
+
+    first: list
+    kind: list
+    arena: list
+    start: list
+    off: list
+    size: list
+    const: list
+    rows: np.ndarray      # the arena row of each gathered row, spec after spec
+    owners: np.ndarray    # the arena of each gathered row
 
 
 @njit(cache=True)
@@ -85,8 +113,7 @@ def _nodes(calls, start):
     """graph.delta's per-call arrays (sig, aux, arg_ptr, args) as per-node arrays."""
     sig = calls[0]
     usig, local = _compact(sig, len(signature.SIGS))
-    extras = [[s.id for s in op.program.extra_out_sigs] if op.n_out > 1 else []
-              for op in (signature.SIGS[s].op for s in usig.tolist())]
+    extras = [[s.id for s in signature.SIGS[s].op.extra_out_sigs] for s in usig.tolist()]
     n_extra = np.array([len(e) for e in extras], np.int64)
     if not n_extra.any():
         return calls
@@ -214,11 +241,11 @@ def _write_constants(constants, start, arenas, base, type_local, rows):
 
 def _input_use_tables(ops):
     """(offset per compact signature, flat bools): where a block's outputs do not all depend on
-    all its inputs, its Program.input_use row-major at that offset; -1 elsewhere."""
+    all its inputs, its op's input_use row-major at that offset; -1 elsewhere."""
     off = np.full(len(ops), -1, np.int64)
     parts, at = [], 0
     for s, op in enumerate(ops):
-        use = getattr(getattr(op, "program", None), "input_use", None)
+        use = op.input_use
         if use is not None:
             off[s] = at
             parts.append(use.ravel())
@@ -292,11 +319,10 @@ class Plan:
         self.sizes = np.diff(bptr).tolist()
         self.saved = {}
         ragged = np.array([op.ragged for op in ops], np.bool_)[sig_local]
-        specs = _gather_specs(order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view, ragged)
-        self.g_ptr = specs[0].tolist()
-        self.g_kind, self.g_arena, self.g_start = specs[1].tolist(), specs[2].tolist(), specs[3].tolist()
-        self.g_off, self.g_size, self.g_const = specs[4].tolist(), specs[5].tolist(), specs[6].tolist()
-        self.rows, self.row_arena = specs[7], specs[8]
+        first, kind, arena, first_row, off, size, const, rows, owners = _gather_specs(
+            order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view, ragged)
+        self.gathers = Gathers(first.tolist(), kind.tolist(), arena.tolist(), first_row.tolist(), off.tolist(),
+                               size.tolist(), const.tolist(), rows, owners)
 
     @property
     def n_batches(self):

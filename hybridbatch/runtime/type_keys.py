@@ -46,9 +46,7 @@ def _name(sig):
 
 def _first_param(sig):
     """The id of the oldest Parameter the signature (or its traced block) uses."""
-    program = getattr(sig.op, "program", None)
-    sigs = [step[1] for step in program.steps] if program is not None else [sig]
-    return min((p for s in sigs for p in s.params if p is not None), default=-1)
+    return min(sig.op.params_used(sig), default=-1)
 
 
 def type_keys(sigs):

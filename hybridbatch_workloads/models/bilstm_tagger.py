@@ -36,7 +36,7 @@ from hybridbatch import api as hb
 from hybridbatch.hybrid.block import Block, HybridBlock
 from hybridbatch.nn import Dense, LSTMCell
 from hybridbatch.train.parameter import Parameter, Uniform
-from hybridbatch.hybrid.trace import BlockInt
+from hybridbatch.hybrid.arguments import BlockInt
 
 _INDEX = (int, np.integer, BlockInt)    # a row id: a Python / numpy int, or its trace placeholder
 

@@ -1,0 +1,126 @@
+"""The Program: a traced block forward as straight-line primitive steps over numbered slots.
+
+Slots number the values of one call: the block's inputs first, then constants and step
+results. A Program runs three ways: as ONE graph node per call whose Composite op executes
+every step on the stacked batch (block granularity, composite.py), replayed step by step
+into a scope (op granularity: primitive ops batch across block boundaries), or replayed
+eagerly. It keeps only the steps whose values reach an output.
+"""
+from typing import NamedTuple
+
+import numpy as np
+
+from ..record import signature
+from ..record.future import maker
+from ..record.signature import Signature
+from ..train.parameter import by_id
+from .arguments import int_column
+from .composite import Composite
+
+
+class Step(NamedTuple):
+    """One primitive op of a program: `slot = sig.op(operands)`."""
+
+    slot: int             # the slot it writes
+    sig: Signature        # op, attrs, operand types; sig.params names the shared Parameters
+    refs: tuple           # per operand position, the slot it reads, or None for a shared Parameter
+    aux: int              # the op's integer: a constant, or -2 - j for the call's j-th (int_column)
+
+
+def _ancestors(steps, outputs):
+    """Per output, the set of slots it depends on (itself included)."""
+    reads = {step.slot: [r for r in step.refs if r is not None] for step in steps}
+    found = []
+    for out in outputs:
+        todo, seen = [out], set()
+        while todo:
+            slot = todo.pop()
+            if slot not in seen:
+                seen.add(slot)
+                todo += reads.get(slot, ())
+        found.append(seen)
+    return found
+
+
+def _input_use(ancestors, n_inputs):
+    """(n_outputs, n_inputs) bools: which block inputs each output depends on; None when every
+    output depends on every input. Backward marks a call's input as reached only through the
+    outputs it reaches, as eager mode visits only the ops on a path to the seed."""
+    use = np.array([[i in anc for i in range(n_inputs)] for anc in ancestors], np.bool_)
+    return None if use.all() else use.reshape(len(ancestors), n_inputs)
+
+
+def _zero_seeds_exact(steps, ancestors):
+    """Whether a zero gradient for the outputs a row does not read is exact (short of an
+    overflow): every step that is not zero_exact feeds every output. Such a step then always
+    gets a read output's gradient too, and the zeros reach it only through zero_exact steps,
+    as exact zeros (a lattice LSTM's merge step divides, but its h is made from its c)."""
+    return all(step.sig.op.zero_exact or all(step.slot in anc for anc in ancestors) for step in steps)
+
+
+def _int_checks(steps):
+    """(integer column, inline bound or None, sig) per step that indexes with a call's integer."""
+    return tuple((int_column(step.aux), step.sig.op.aux_limit(step.sig), step.sig) for step in steps
+                 if step.sig.op.uses_aux and int_column(step.aux) is not None)
+
+
+class Program:
+    """A traced block forward: its steps, and what recording one call of it needs.
+
+    steps: every Step the trace recorded, in order (the dead ones are dropped here); consts:
+    (slot, value) of the constants made inside forward; outputs: the slots forward returned,
+    as one value (container None) or a tuple or list (container); origins: slot -> its line
+    in forward; owner: the HybridBlock traced.
+    """
+
+    def __init__(self, *, name, steps, n_inputs, n_slots, in_types, consts, outputs, out_types,
+                 container, n_ints, origins, owner):
+        self.name = name
+        self.n_ints = n_ints
+        self.n_inputs = n_inputs
+        self.n_slots = n_slots
+        self.in_types = in_types
+        self.consts = consts
+        self.outputs = outputs
+        self.out_types = out_types
+        self.container = container
+        self.origins = origins
+        # Only the steps whose values reach an output are kept: eager backward never visits a
+        # dead one, and differentiated with a zero gradient its local derivative could be inf
+        # (log at 0), putting 0 * inf = NaN into the live gradients it shares a fused run with.
+        ancestors = _ancestors(steps, outputs)
+        live = set().union(*ancestors)
+        self.steps = [step for step in steps if step.slot in live]
+        # every integer is checked, even one only a dead step reads: eager forward reads it
+        self.int_checks = _int_checks(steps)
+        self.dead_int_checks = _int_checks([step for step in steps if step.slot not in live])
+        self.input_use = _input_use(ancestors, n_inputs)
+        self.zero_seeds_exact = _zero_seeds_exact(self.steps, ancestors)
+        self.make_futures = maker(len(outputs), container)    # (scope, nid) -> a block call's Futures
+        self.op = Composite(self, owner)
+        self.sig = signature.intern(self.op, (), in_types)   # one block call = one node
+
+    def check_ints(self, ints, checks=None):
+        """Validate a call's integers against every op that indexes with them (at record
+        time), or against `checks`: a bound inline where the op has one, the op's own check
+        otherwise."""
+        for j, limit, sig in self.int_checks if checks is None else checks:
+            v = ints[j]
+            if limit is None or not 0 <= v < limit:
+                sig.op.check_aux(sig, v)
+
+    # -- op granularity and eager: replay the steps as separate nodes ------------------
+    def replay(self, apply, constant, inputs, ints=()):
+        """Run each step through `apply(op, operands, attrs, aux)`; returns output handles."""
+        if ints and self.dead_int_checks:      # the live steps' ops check their own
+            self.check_ints(ints, self.dead_int_checks)
+        vals = [None] * self.n_slots
+        vals[:self.n_inputs] = inputs
+        for slot, value in self.consts:
+            vals[slot] = constant(value)
+        for slot, sig, refs, aux in self.steps:
+            operands = [vals[r] if r is not None else by_id(pid) for r, pid in zip(refs, sig.params)]
+            j = int_column(aux)
+            vals[slot] = apply(sig.op, operands, sig.attrs, aux if j is None else ints[j])
+        outs = [vals[o] for o in self.outputs]
+        return outs[0] if self.container is None else self.container(outs)

@@ -1,0 +1,69 @@
+"""Tracing a hybrid block's forward into a Program.
+
+`trace` runs the Python forward once per call key, in a throw-away tracing scope, on
+placeholders (arguments.py); the ops it records become the program's steps. Later calls
+with that key only replay the program or run it as one node.
+"""
+from ..errors import HybridBatchError
+from ..ops.shape import Input
+from ..record import signature
+from ..record.future import Future
+from ..train.parameter import Parameter
+from .arguments import INT, BlockInt
+from .program import Program, Step
+
+
+def trace(block, key, tracer):
+    """Run block.forward once on placeholders recorded in `tracer` (a fresh scope).
+
+    key: per argument, its type id, INT for an integer, the Parameter itself (baked in), or
+    (STATIC, value) for a flag (a pair: the str "int" alone would read as INT).
+    """
+    inputs = []
+    n_ints = 0
+    for a in key:
+        if isinstance(a, Parameter):
+            inputs.append(a)
+            continue
+        if a is INT:
+            inputs.append(BlockInt(n_ints))
+            n_ints += 1
+            continue
+        if a.__class__ is tuple:
+            inputs.append(a[1])
+            continue
+        sig = signature.intern(Input, (a,), ())
+        tracer.graph.origin.append("<block input>")     # origins stay aligned with node ids
+        inputs.append(Future(tracer, tracer.graph.add(sig.id, (sig.out_type,), (), -1)))
+    graph = tracer.graph
+    n_inputs = len(graph)
+    out = block.forward(*inputs)
+    container = list if isinstance(out, list) else tuple if isinstance(out, tuple) else None
+    outs = [out] if container is None else list(out)
+    if not outs:
+        raise HybridBatchError(f"{type(block).__name__}.forward must return at least one value")
+    for o in outs:
+        if not (isinstance(o, Future) and o.scope is tracer):
+            raise HybridBatchError(f"{type(block).__name__}.forward must return values computed with hb ops "
+                                   f"from its inputs (got {type(o).__name__})")
+    outputs = tuple(o.id for o in outs)
+    return Program(name=type(block).__name__, steps=_steps(graph, n_inputs), n_inputs=n_inputs,
+                   n_slots=len(graph), in_types=tuple(graph.type[:n_inputs]),
+                   consts=list(graph.constants.items()), outputs=outputs,
+                   out_types=tuple(graph.type[o] for o in outputs), container=container, n_ints=n_ints,
+                   origins=dict(enumerate(graph.origin or ())), owner=block)
+
+
+def _steps(graph, n_inputs):
+    """The traced graph's executed nodes as Steps: a trace records ops (a nested block runs
+    inline), so each of its calls is one node, the slot its node id."""
+    assert len(graph.sig) == len(graph), "a traced graph holds a multi-output call"
+    steps = []
+    for slot in range(n_inputs, len(graph)):
+        sig = signature.SIGS[graph.sig[slot]]
+        if not sig.op.executed:
+            continue
+        operands = iter(graph.args[(graph.arg_end[slot - 1] if slot else 0):graph.arg_end[slot]])
+        refs = tuple(next(operands) if pid is None else None for pid in sig.params)
+        steps.append(Step(slot, sig, refs, graph.aux[slot]))
+    return steps
