@@ -6,6 +6,7 @@ every step on the stacked batch (block granularity, composite.py), replayed step
 into a scope (op granularity: primitive ops batch across block boundaries), or replayed
 eagerly. It keeps only the steps whose values reach an output.
 """
+from dataclasses import InitVar, dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -64,6 +65,7 @@ def _int_checks(steps):
                  if step.sig.op.uses_aux and int_column(step.aux) is not None)
 
 
+@dataclass(eq=False, repr=False)
 class Program:
     """A traced block forward: its steps, and what recording one call of it needs.
 
@@ -73,32 +75,35 @@ class Program:
     in forward; owner: the HybridBlock traced.
     """
 
-    def __init__(self, *, name, steps, n_inputs, n_slots, in_types, consts, outputs, out_types,
-                 container, n_ints, origins, owner):
-        self.name = name
-        self.n_ints = n_ints
-        self.n_inputs = n_inputs
-        self.n_slots = n_slots
-        self.in_types = in_types
-        self.consts = consts
-        self.outputs = outputs
-        self.out_types = out_types
-        self.container = container
-        self.origins = origins
+    name: str
+    steps: list
+    n_inputs: int
+    n_slots: int
+    in_types: tuple
+    consts: list
+    outputs: tuple
+    out_types: tuple
+    container: type | None
+    n_ints: int
+    origins: dict
+    owner: InitVar
+
+    def __post_init__(self, owner):
         # Only the steps whose values reach an output are kept: eager backward never visits a
         # dead one, and differentiated with a zero gradient its local derivative could be inf
         # (log at 0), putting 0 * inf = NaN into the live gradients it shares a fused run with.
+        steps, outputs = self.steps, self.outputs
         ancestors = _ancestors(steps, outputs)
         live = set().union(*ancestors)
         self.steps = [step for step in steps if step.slot in live]
         # every integer is checked, even one only a dead step reads: eager forward reads it
         self.int_checks = _int_checks(steps)
         self.dead_int_checks = _int_checks([step for step in steps if step.slot not in live])
-        self.input_use = _input_use(ancestors, n_inputs)
+        self.input_use = _input_use(ancestors, self.n_inputs)
         self.zero_seeds_exact = _zero_seeds_exact(self.steps, ancestors)
-        self.make_futures = maker(len(outputs), container)    # (scope, nid) -> a block call's Futures
+        self.make_futures = maker(len(outputs), self.container)    # (scope, nid) -> a block call's Futures
         self.op = Composite(self, owner)
-        self.sig = signature.intern(self.op, (), in_types)   # one block call = one node
+        self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
 
     def check_ints(self, ints, checks=None):
         """Validate a call's integers against every op that indexes with them (at record
