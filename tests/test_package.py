@@ -1,10 +1,14 @@
-"""The package's version has one source, `hybridbatch.__version__`: pyproject.toml reads it
-statically (no import at build time), and an installed copy of this checkout reports it."""
+"""The package as a whole: its version has one source, `hybridbatch.__version__`
+(pyproject.toml reads it statically, and the installed distribution reports it); the core
+loads neither the workloads package nor the bench extra's dependencies; its top level stays
+small, one folder per stage."""
 import ast
 import importlib.metadata
 import json
 import pathlib
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -39,3 +43,25 @@ def test_the_installed_distribution_reports_the_same_version():
     """`make test` installs this checkout (editable) into its venv: the distribution's
     metadata, which pip and importlib read, carries the package's own version."""
     assert importlib.metadata.version("hybridbatch") == hb.__version__
+
+
+def test_the_core_loads_neither_the_workloads_nor_the_bench_dependencies():
+    """Importing every module of hybridbatch (the `python -m hybridbatch.bench` entry point
+    included: it loads the harness only when run) brings in no module of hybridbatch_workloads,
+    matplotlib or threadpoolctl."""
+    code = ("import pkgutil, importlib, sys, hybridbatch\n"
+            "for m in pkgutil.walk_packages(hybridbatch.__path__, 'hybridbatch.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'hybridbatch_workloads', 'matplotlib', 'threadpoolctl'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_top_level_holds_few_modules_and_documented_stage_folders():
+    top = ROOT / "hybridbatch"
+    modules = [p.name for p in top.glob("*.py") if p.name != "__init__.py"]
+    assert len(modules) <= 8, modules
+    for init in top.glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc) > 40, f"{init.parent.name}/__init__.py says nothing of what it owns"
