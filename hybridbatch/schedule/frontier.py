@@ -21,7 +21,7 @@ AGENDA, FRONTIER, CRITICAL, TABLE = 0, 1, 2, 3      # how `run` picks the next s
 BASE, MAX, SORT, PHASE = 0, 1, 2, 3       # state encodings (ED-Batch §2.3, plus our phase)
 FLAGS = 4                                  # a state element is vid * FLAGS + flags
 # the loop state's fields (see _start)
-INDEG, CONS_PTR, CONS, HEAD, TAIL, NEXT, NREADY, LEFT, HEIGHT, TOP = range(10)
+INDEG, CONS_PTR, CONS, TAIL, NEXT, NREADY, LEFT, HEIGHT, TOP = range(9)
 
 
 @njit(cache=True)
@@ -78,75 +78,108 @@ def _heights(executable, cons_ptr, cons):
     return height
 
 
-@njit(cache=True, inline="always")
-def _push(v, s, loop):
-    """Append node v to signature s's FIFO of ready nodes (a linked list in arrays)."""
-    head, tail, nxt, nready = loop[HEAD], loop[TAIL], loop[NEXT], loop[NREADY]
-    if tail[s] < 0:
-        head[s] = v
-    else:
-        nxt[tail[s]] = v
-    tail[s] = v
-    nready[s] += 1
-
-
 @njit(cache=True)
 def _start(sig, executable, arg_ptr, args, n_sigs, with_heights):
     """The loop's state before the first step: (pending operand counts, consumers (CSR),
-    ready FIFOs (head, tail, next), ready count, unexecuted count and highest ready node's
-    height per signature, node heights (empty unless asked for))."""
+    ready FIFOs (tail, next), ready count, unexecuted count and highest ready node's height
+    per signature, node heights (empty unless asked for)).
+
+    Signature s's FIFO of ready nodes is a linked list in `next`, headed at next[n + s];
+    tail[s] is its last node, or n + s while it is empty, so appending v is
+    `next[tail[s]] = v; tail[s] = v`. The appends are written out where nodes become ready
+    (here and _release): a call taking arrays counts their references up and down, which
+    per node cost more than the rest of the loop."""
     n = sig.shape[0]
     indeg = _ready_counts(executable, arg_ptr, args)
     cons_ptr, cons = _consumers(executable, arg_ptr, args)
     height = _heights(executable, cons_ptr, cons) if with_heights else np.zeros(0, np.int64)
-    loop = (indeg, cons_ptr, cons, np.full(n_sigs, -1, np.int64), np.full(n_sigs, -1, np.int64),
-            np.full(n, -1, np.int64), np.zeros(n_sigs, np.int64), np.zeros(n_sigs, np.int64),
-            height, np.zeros(n_sigs, np.int64))
-    left, top = loop[LEFT], loop[TOP]
+    loop = (indeg, cons_ptr, cons, np.arange(n, n + n_sigs), np.full(n + n_sigs, -1, np.int64),
+            np.zeros(n_sigs, np.int64), np.zeros(n_sigs, np.int64), height, np.zeros(n_sigs, np.int64))
+    tail, nxt, nready, left, top = loop[TAIL], loop[NEXT], loop[NREADY], loop[LEFT], loop[TOP]
     for v in range(n):
         if executable[v]:
-            left[sig[v]] += 1
+            s = sig[v]
+            left[s] += 1
             if indeg[v] == 0:
-                _push(v, sig[v], loop)
+                nxt[tail[s]] = v
+                tail[s] = v
+                nready[s] += 1
                 if with_heights:
-                    top[sig[v]] = max(top[sig[v]], height[v])
+                    top[s] = max(top[s], height[v])
     return loop
 
 
 @njit(cache=True, inline="always")
 def _release(order, start, pos, sig, loop, track):
-    """Count down the consumers of order[start:pos]; push the ones now ready. track (critical
-    path): also keep each type's highest ready node."""
+    """Count down the consumers of order[start:pos]; append the ones now ready to their
+    signature's FIFO (_start). track (critical path): also keep each type's highest ready
+    node."""
     indeg, cons_ptr, cons, height, top = loop[INDEG], loop[CONS_PTR], loop[CONS], loop[HEIGHT], loop[TOP]
+    tail, nxt, nready = loop[TAIL], loop[NEXT], loop[NREADY]
     for k in range(start, pos):
         v = order[k]
         for e in range(cons_ptr[v], cons_ptr[v + 1]):
             w = cons[e]
             indeg[w] -= 1
             if indeg[w] == 0:
-                _push(w, sig[w], loop)
+                t = sig[w]
+                nxt[tail[t]] = w
+                tail[t] = w
+                nready[t] += 1
                 if track:
-                    top[sig[w]] = max(top[sig[w]], height[w])
+                    top[t] = max(top[t], height[w])
+
+
+@njit(cache=True, inline="always")
+def _bits(m):
+    """The number of bits of m >= 0 (about log2 m)."""
+    b = 0
+    while m:
+        m >>= 1
+        b += 1
+    return b
 
 
 @njit(cache=True)
 def _take(s, sig, unbatchable, order, bptr, pos, nb, loop):
-    """Run every ready node of s (one batch, or one each if unbatchable); release consumers.
+    """Run every ready node of s (one batch, or one each if unbatchable), in id order;
+    release their consumers. Returns the new (pos, nb).
 
-    Returns the new (pos, nb)."""
-    head, tail, nxt, nready, left, top = loop[HEAD], loop[TAIL], loop[NEXT], loop[NREADY], loop[LEFT], loop[TOP]
+    The FIFO mostly holds them in id order already (checked as they are taken). Otherwise
+    a batch dense in ids is put in order by one pass over its id range, cheaper than a sort
+    for large batches spread over the flush (every tree node's classifier at once), and a
+    sparse one is sorted."""
+    tail, nxt, nready, left, top = loop[TAIL], loop[NEXT], loop[NREADY], loop[LEFT], loop[TOP]
+    first = nxt.shape[0] - nready.shape[0] + s       # the head slot of s's FIFO
     start = pos
+    lo, hi = first, -1
+    ascending = True
+    v = nxt[first]
     for _ in range(nready[s]):
-        v = head[s]
-        head[s] = nxt[v]
-        nxt[v] = -1
         order[pos] = v
         pos += 1
+        ascending = ascending and v > hi
+        lo, hi = min(lo, v), max(hi, v)
+        u = nxt[v]
+        nxt[v] = -1
+        v = u
+    nxt[first] = -1
+    tail[s] = first
     left[s] -= nready[s]
     nready[s] = 0
-    tail[s] = -1
     top[s] = 0
-    order[start:pos] = np.sort(order[start:pos])
+    size = pos - start
+    if not ascending and hi - lo < size * _bits(size):
+        for k in range(start, pos):      # mark the batch (nxt -2), read it off in id order
+            nxt[order[k]] = -2
+        k = start
+        for v in range(lo, hi + 1):
+            if nxt[v] == -2:
+                nxt[v] = -1
+                order[k] = v
+                k += 1
+    elif not ascending:
+        order[start:pos].sort()
     if unbatchable[s]:       # every ready node of it, one batch each, before choosing again
         for k in range(start, pos):
             nb += 1
@@ -579,8 +612,8 @@ def greedy_actions(q, seen, skeys, slen, n_states):
 @njit(cache=True)
 def copy_loop(loop):
     """The loop state with its mutable arrays copied (edges and heights are only read)."""
-    return (loop[INDEG].copy(), loop[CONS_PTR], loop[CONS], loop[HEAD].copy(), loop[TAIL].copy(),
-            loop[NEXT].copy(), loop[NREADY].copy(), loop[LEFT].copy(), loop[HEIGHT], loop[TOP].copy())
+    return (loop[INDEG].copy(), loop[CONS_PTR], loop[CONS], loop[TAIL].copy(), loop[NEXT].copy(),
+            loop[NREADY].copy(), loop[LEFT].copy(), loop[HEIGHT], loop[TOP].copy())
 
 
 @njit(cache=True)
@@ -599,11 +632,15 @@ def critical_pick(loop, priority, cost):
     return _pick(CRITICAL, loop[NREADY], np.zeros(priority.shape[0], np.int64), loop[TOP], priority, cost)
 
 
+@njit(cache=True)
 def average_depth(sig, depth, executable, n_sigs):
     """Mean depth of the executed nodes of each signature (DyNet's priority)."""
-    w = executable.astype(np.float64)
-    total = np.bincount(sig, weights=depth * w, minlength=n_sigs)
-    count = np.bincount(sig, weights=w, minlength=n_sigs)
+    total = np.zeros(n_sigs, np.float64)
+    count = np.zeros(n_sigs, np.int64)
+    for v in range(sig.shape[0]):
+        if executable[v]:
+            total[sig[v]] += depth[v]
+            count[sig[v]] += 1
     return total / np.maximum(count, 1)
 
 
