@@ -3,7 +3,7 @@
 `order` lists the view's executed nodes; batch k is order[batch_ptr[k]:batch_ptr[k+1]],
 all of one signature, each node's operands in earlier batches.
 """
-from .agenda import agenda
+from .agenda import agenda, tail_last
 from .depth import by_depth
 from .frontier import critical_path, greedy_frontier
 from .graph_view import GraphView  # noqa: F401
@@ -17,7 +17,7 @@ def rollout_search(view):
     return search(view)
 
 
-POLICIES = {"agenda": agenda, "depth": by_depth, "greedy-frontier": greedy_frontier,
+POLICIES = {"tail-last": tail_last, "agenda": agenda, "depth": by_depth, "greedy-frontier": greedy_frontier,
             "critical-path": critical_path, "search": rollout_search}
 
 

@@ -2,7 +2,8 @@
 
 A schedule repeats one step: pick a signature among those with ready nodes, run all its
 ready nodes, release their consumers. Policies differ only in the pick: agenda's average
-depth, the frontier ratio of ED-Batch's reward, the critical path, or a learned table.
+depth (with or without the graph's tail last), the frontier ratio of ED-Batch's reward, the
+critical path, or a learned table.
 search.py looks ahead with this loop's kernels (_start, _take, copy_loop, critical_completion).
 Everything here calls everything else, so it stays in one file: numba's on-disk cache does
 not notice a changed callee in another module.
@@ -17,7 +18,7 @@ height (longest path below it): one more pass over the edges.
 import numpy as np
 from numba import njit
 
-AGENDA, FRONTIER, CRITICAL, TABLE = 0, 1, 2, 3      # how `run` picks the next signature
+AGENDA, FRONTIER, CRITICAL, TABLE, TAIL_LAST = 0, 1, 2, 3, 4   # how `run` picks the next signature
 BASE, MAX, SORT, PHASE = 0, 1, 2, 3       # state encodings (ED-Batch §2.3, plus our phase)
 FLAGS = 4                                  # a state element is vid * FLAGS + flags
 # the loop state's fields (see _start)
@@ -76,6 +77,49 @@ def _heights(executable, cons_ptr, cons):
                 h = max(h, height[cons[e]])
             height[v] = h + 1
     return height
+
+
+@njit(cache=True)
+def _tail_last_priority(priority, sig, executable, arg_ptr, args, cons_ptr):
+    """Agenda's priority with the graph's tail after every other signature, upstream first
+    (agenda.py says why). The tail is peeled from the sinks: a signature joins once every
+    edge out of its nodes reaches a joined signature; one on a cycle of the signature graph
+    (a chain's step) never does. O(nodes + the tail's edges)."""
+    n, n_sigs = sig.shape[0], priority.shape[0]
+    out = np.zeros(n_sigs, np.int64)           # edges out of the signature's nodes not yet peeled
+    first = np.full(n_sigs, -1, np.int64)      # its nodes, a linked list: first, then same[v]
+    same = np.empty(n, np.int64)
+    for v in range(n):
+        if executable[v]:
+            s = sig[v]
+            out[s] += cons_ptr[v + 1] - cons_ptr[v]
+            same[v] = first[s]
+            first[s] = v
+    peeled = np.empty(n_sigs, np.int64)
+    k = 0
+    for s in range(n_sigs):
+        if out[s] == 0 and first[s] >= 0:
+            peeled[k] = s
+            k += 1
+    i = 0
+    while i < k:
+        v = first[peeled[i]]
+        i += 1
+        while v >= 0:
+            for e in range(arg_ptr[v], arg_ptr[v + 1]):
+                u = args[e]
+                if u >= 0 and executable[u]:
+                    out[sig[u]] -= 1
+                    if out[sig[u]] == 0:
+                        peeled[k] = sig[u]
+                        k += 1
+            v = same[v]
+    result = priority.copy()
+    if k:
+        last = priority.max() + 1
+        for i in range(k):
+            result[peeled[i]] = last + k - 1 - i
+    return result
 
 
 @njit(cache=True)
@@ -434,16 +478,19 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
         backoff):
     """The schedule (order, batch_ptr) and how many steps fell back to a heuristic.
 
-    rule AGENDA, FRONTIER or CRITICAL: that heuristic. TABLE: a signature ready in full
-    (_complete); else the action act[state] of the learned table for the state's key, or
-    (backoff) of the longest table state inside it (_lookup); else the encoding's fallback
-    heuristic. The frontier bookkeeping starts at the first step that needs it, so a table
-    that covers the graph costs about what agenda does."""
+    rule AGENDA, TAIL_LAST (agenda, the graph's tail last), FRONTIER or CRITICAL: that
+    heuristic. TABLE: a signature ready in full (_complete); else the action act[state] of
+    the learned table for the state's key, or (backoff) of the longest table state inside it
+    (_lookup); else the encoding's fallback heuristic. The frontier bookkeeping starts at
+    the first step that needs it, so a table that covers the graph costs about what agenda
+    does."""
     n = sig.shape[0]
     n_sigs = priority.shape[0]
     fallback = fallback_rule(encoding) if rule == TABLE else rule
     loop = _start(sig, executable, arg_ptr, args, n_sigs, fallback == CRITICAL)
     nready, cons_ptr, cons, top = loop[NREADY], loop[CONS_PTR], loop[CONS], loop[TOP]
+    if rule == TAIL_LAST:
+        priority = _tail_last_priority(priority, sig, executable, arg_ptr, args, cons_ptr)
     n_exec = _n_executed(executable)
     order = np.empty(n_exec, np.int64)
     bptr = np.empty(n_exec + 1, np.int64)

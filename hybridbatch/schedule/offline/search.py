@@ -1,16 +1,17 @@
 """`policy="search"`: beam search over schedules, each partial schedule scored by its
 critical-path completion (width 1 is the rollout, or pilot, method), and a second
 candidate from the graph's independent parts (automata.py: the parts' shortest common type
-sequence, then critical path for the tail). It stops early at the lower bound.
+sequence, then critical path for the rest). It stops early at the lower bound.
 
 Why: the heuristics and learned tables decide from the ready set alone; on lattices they
 stay 1.3x above the lower bound, and nothing tells whether the bound or the policies are
 loose. A search's count is a schedule that exists. Each step extends every kept partial
 schedule by every ready signature, scores each by the batches of the prefix plus critical
 path's completion of it, and keeps the `width` best distinct ones. The answer is the best
-scored schedule met, or agenda's or greedy-frontier's schedule where one of those has fewer
-batches (a character-level tagger, where critical path is the weakest rule). The very first step scores
-critical path's own schedule, so search never runs more batches than any of the three.
+scored schedule met, or tail-last's schedule (never more batches than agenda's) or
+greedy-frontier's where one of those has fewer batches (a character-level tagger, where
+critical path is the weakest rule). The very first step scores critical path's own
+schedule, so search never runs more batches than any of these.
 
 Where the beam stays above Eq. 2 and the graph falls into narrow parts (a lattice's
 sentences), `automata.merged_core` gives a type sequence for the core types. It is played
@@ -30,7 +31,7 @@ numba kernels; this module only keeps the beam.
 """
 import numpy as np
 
-from ..agenda import agenda
+from ..agenda import tail_last
 from .automata import merged_core
 from ..frontier import (INDEG, LEFT, NREADY, _n_executed, _start, _take, average_depth, copy_loop,
                         critical_completion, critical_pick, drop_steps, greedy_frontier, play_types)
@@ -41,7 +42,7 @@ WIDTH = 4
 
 def rollout_search(view, width=WIDTH):
     """The best schedule (order, batch_ptr) a beam of `width` partial schedules finds, or
-    agenda's or greedy-frontier's where it has fewer batches."""
+    tail-last's or greedy-frontier's where it has fewer batches."""
     if width < 1:
         raise ValueError(f"search width must be at least 1, not {width}")
     bound = lower_bound(view)                    # nothing beats it: stop there
@@ -52,7 +53,7 @@ def rollout_search(view, width=WIDTH):
             merged = _play(view, core, drop=True)
             if len(merged[1]) < len(found[1]):
                 found = merged
-    for rule in (agenda, greedy_frontier):
+    for rule in (tail_last, greedy_frontier):
         if len(found[1]) - 1 <= bound:
             break
         other = rule(view)
