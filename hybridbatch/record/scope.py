@@ -68,7 +68,7 @@ class Stats:
 class batching:
     """A recording scope. See the module docstring; `stats` reports after a flush."""
 
-    def __init__(self, policy="agenda", granularity="op", check_numerics=False):
+    def __init__(self, policy="tail-last", granularity="op", check_numerics=False):
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
         self.policy = get_policy(policy)
