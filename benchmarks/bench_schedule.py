@@ -4,8 +4,10 @@ and Plan construction for a recorded graph of the same size.
     python benchmarks/bench_schedule.py [--nodes 100000] [--repeat 5] [--seed 0]
 
 Prints one JSON object. Every timing is the median of `--repeat` calls after one warm-up
-call (so numba compilation or cache loading is not counted). One thread, as in
-docs/workloads.md. Target: scheduling 100k nodes in < 50 ms.
+call (so numba compilation or cache loading is not counted); a policy's `vs_agenda` is the
+median over rounds of its time over agenda's in the same round, the policies taking turns,
+so the host's drift cancels. One thread, as in docs/workloads.md. Target: scheduling 100k
+nodes in < 50 ms. Recording and Plan construction use the default policy, tail-last.
 """
 import os
 
@@ -22,9 +24,10 @@ import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.record.graph import Growable  # noqa: E402
+from hybridbatch.record.signature import SIGS  # noqa: E402
 from hybridbatch.runtime.plan import Plan, _gather_specs, _nodes, _write_constants  # noqa: E402
 from hybridbatch.runtime.plan_cache import CACHE  # noqa: E402
-from hybridbatch.schedule import GraphView, agenda, by_depth, lower_bound  # noqa: E402
+from hybridbatch.schedule import GraphView, agenda, by_depth, critical_path, lower_bound, tail_last  # noqa: E402
 
 TARGET_MS = 50.0
 
@@ -109,15 +112,33 @@ def timed(fn, repeat):
     return statistics.median(times), out
 
 
+POLICIES = {"agenda": agenda, "tail-last": tail_last, "critical-path": critical_path, "depth": by_depth}
+
+
+def vs_agenda(view, repeat):
+    """Per policy, the median over `repeat` rounds of its time / agenda's in the same round."""
+    rounds = []
+    for _ in range(repeat):
+        times = {}
+        for name, policy in POLICIES.items():
+            t0 = time.perf_counter()
+            policy(view)
+            times[name] = time.perf_counter() - t0
+        rounds.append(times)
+    return {name: statistics.median(r[name] / r["agenda"] for r in rounds) for name in POLICIES}
+
+
 def schedule_report(view, repeat):
     lb_ms, lb = timed(lambda: lower_bound(view), repeat)
     report = {"nodes": int(len(view.sig)), "executed_nodes": int(view.executable.sum()),
               "signatures": int(view.n_sigs), "lower_bound": lb, "lower_bound_ms": round(lb_ms, 2),
               "policies": {}}
-    for name, policy in (("agenda", agenda), ("depth", by_depth)):
+    for name, policy in POLICIES.items():
         ms, (order, bptr) = timed(lambda: policy(view), repeat)
         report["policies"][name] = {"ms": round(ms, 2), "batches": int(len(bptr) - 1),
                                     "within_target": ms < TARGET_MS}
+    for name, ratio in vs_agenda(view, max(repeat, 9)).items():
+        report["policies"][name]["vs_agenda"] = round(ratio, 3)
     return report
 
 
@@ -135,7 +156,7 @@ def record_chains(n_nodes, hidden, seed):
 
     def capture(view):
         seen.append(view)
-        return agenda(view)
+        return tail_last(view)
 
     scope = hb.batching(policy=capture)
     with scope:
@@ -169,19 +190,20 @@ def plan_ms(scope, repeat):
     def build():
         graph.constants = dict(constants)
         last.update(arenas=[], loc_arena=Growable(np.int64), loc_row=Growable(np.int64), is_const=Growable(np.bool_))
-        return Plan(graph, 0, agenda, last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"])
+        return Plan(graph, 0, tail_last, last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"])
 
     ms, plan = timed(build, repeat)
     assert plan.n_batches == p0.n_batches and (plan.order == p0.order).all()
 
     sig, _, arg_ptr, args = _nodes(graph.delta(0), 0)
+    ragged = np.array([SIGS[s].op.ragged for s in sig.tolist()], np.bool_)
     arenas, loc_arena, loc_row, is_const = last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"]
     stages = {
         "graph_delta": lambda: _nodes(graph.delta(0), 0),
-        "schedule_cache_lookup": lambda: CACHE.schedule(agenda, plan.view, sig),
+        "schedule_cache_lookup": lambda: CACHE.schedule(tail_last, plan.view, sig),
         "write_constants": lambda: _write_constants(constants, 0, arenas, 0, loc_arena.view, loc_row.view),
         "gather_specs": lambda: _gather_specs(plan.order, plan.bptr, arg_ptr, args, loc_arena.view,
-                                              loc_row.view, is_const.view),
+                                              loc_row.view, is_const.view, ragged),
     }
     # each repeat times a whole build and then every stage, so "other" (the build minus
     # its stages, per repeat) compares timings taken under the same machine load
