@@ -25,16 +25,21 @@ FLAGS = 4                                  # a state element is vid * FLAGS + fl
 INDEG, CONS_PTR, CONS, TAIL, NEXT, NREADY, LEFT, HEIGHT, TOP = range(9)
 
 
-@njit(cache=True)
-def _ready_counts(executable, arg_ptr, args):
-    """Per node, how many of its operands are executed nodes of this flush (still pending)."""
+@njit(cache=True, inline="always")
+def _ready_counts(sig, executable, arg_ptr, args, feeds, fill):
+    """Per node, how many of its operands are executed nodes of this flush (still pending).
+    fill (a constant per inlined copy): also set bit b of feeds[a] where an executed a-node
+    feeds an executed b-node, a bit table of the signature graph (tail-last's)."""
     n = arg_ptr.shape[0] - 1
     indeg = np.zeros(n, np.int64)
     for v in range(n):
+        b = sig[v]
         for e in range(arg_ptr[v], arg_ptr[v + 1]):
             u = args[e]
             if u >= 0 and executable[u]:
                 indeg[v] += 1
+                if fill and executable[v]:
+                    feeds[sig[u], b >> 6] |= np.uint64(1) << np.uint64(b & 63)
     return indeg
 
 
@@ -79,41 +84,45 @@ def _heights(executable, cons_ptr, cons):
     return height
 
 
+@njit(cache=True, inline="always")
+def _feeds(feeds, a, b):
+    """Whether an a-node feeds a b-node (the bit table _ready_counts fills)."""
+    return feeds[a, b >> 6] >> np.uint64(b & 63) & np.uint64(1) != 0
+
+
 @njit(cache=True)
-def _tail_last_priority(priority, sig, executable, arg_ptr, args, cons_ptr):
+def _tail_last_priority(priority, feeds, left):
     """Agenda's priority with the graph's tail after every other signature, upstream first
-    (agenda.py says why). The tail is peeled from the sinks: a signature joins once every
-    edge out of its nodes reaches a joined signature; one on a cycle of the signature graph
-    (a chain's step) never does. O(nodes + the tail's edges)."""
-    n, n_sigs = sig.shape[0], priority.shape[0]
-    out = np.zeros(n_sigs, np.int64)           # edges out of the signature's nodes not yet peeled
-    first = np.full(n_sigs, -1, np.int64)      # its nodes, a linked list: first, then same[v]
-    same = np.empty(n, np.int64)
-    for v in range(n):
-        if executable[v]:
-            s = sig[v]
-            out[s] += cons_ptr[v + 1] - cons_ptr[v]
-            same[v] = first[s]
-            first[s] = v
+    (agenda.py says why). The tail is peeled from the sinks of the signature graph (feeds;
+    left > 0: the signatures with executed nodes): a signature joins once every other
+    signature its nodes feed has joined; one whose nodes feed each other (a chain's step)
+    only if it feeds no other (a sum of sums). O(signatures^2 / 64 + signatures x tail):
+    within the loop's O(steps x signatures)."""
+    n_sigs = priority.shape[0]
+    out = np.zeros(n_sigs, np.int64)           # other signatures fed that have not joined
     peeled = np.empty(n_sigs, np.int64)
     k = 0
-    for s in range(n_sigs):
-        if out[s] == 0 and first[s] >= 0:
-            peeled[k] = s
+    for a in range(n_sigs):
+        for j in range(feeds.shape[1]):
+            x = feeds[a, j]
+            while x:
+                x &= x - np.uint64(1)
+                out[a] += 1
+        if _feeds(feeds, a, a):
+            out[a] -= 1
+        if left[a] > 0 and out[a] == 0:
+            peeled[k] = a
             k += 1
     i = 0
     while i < k:
-        v = first[peeled[i]]
+        t = peeled[i]
         i += 1
-        while v >= 0:
-            for e in range(arg_ptr[v], arg_ptr[v + 1]):
-                u = args[e]
-                if u >= 0 and executable[u]:
-                    out[sig[u]] -= 1
-                    if out[sig[u]] == 0:
-                        peeled[k] = sig[u]
-                        k += 1
-            v = same[v]
+        for a in range(n_sigs):
+            if a != t and _feeds(feeds, a, t):
+                out[a] -= 1
+                if out[a] == 0 and not _feeds(feeds, a, a):
+                    peeled[k] = a
+                    k += 1
     result = priority.copy()
     if k:
         last = priority.max() + 1
@@ -123,10 +132,11 @@ def _tail_last_priority(priority, sig, executable, arg_ptr, args, cons_ptr):
 
 
 @njit(cache=True)
-def _start(sig, executable, arg_ptr, args, n_sigs, with_heights):
+def _start(sig, executable, arg_ptr, args, n_sigs, with_heights, feeds):
     """The loop's state before the first step: (pending operand counts, consumers (CSR),
     ready FIFOs (tail, next), ready count, unexecuted count and highest ready node's height
-    per signature, node heights (empty unless asked for)).
+    per signature, node heights (empty unless asked for)). feeds: a (signatures, words) bit
+    table to fill with the signature graph (_ready_counts), or (0, 1) for none.
 
     Signature s's FIFO of ready nodes is a linked list in `next`, headed at next[n + s];
     tail[s] is its last node, or n + s while it is empty, so appending v is
@@ -134,7 +144,10 @@ def _start(sig, executable, arg_ptr, args, n_sigs, with_heights):
     (here and _release): a call taking arrays counts their references up and down, which
     per node cost more than the rest of the loop."""
     n = sig.shape[0]
-    indeg = _ready_counts(executable, arg_ptr, args)
+    if feeds.shape[0]:
+        indeg = _ready_counts(sig, executable, arg_ptr, args, feeds, True)
+    else:
+        indeg = _ready_counts(sig, executable, arg_ptr, args, feeds, False)
     cons_ptr, cons = _consumers(executable, arg_ptr, args)
     height = _heights(executable, cons_ptr, cons) if with_heights else np.zeros(0, np.int64)
     loop = (indeg, cons_ptr, cons, np.arange(n, n + n_sigs), np.full(n + n_sigs, -1, np.int64),
@@ -487,10 +500,11 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
     n = sig.shape[0]
     n_sigs = priority.shape[0]
     fallback = fallback_rule(encoding) if rule == TABLE else rule
-    loop = _start(sig, executable, arg_ptr, args, n_sigs, fallback == CRITICAL)
+    feeds = np.zeros((n_sigs, (n_sigs + 63) >> 6) if rule == TAIL_LAST else (0, 1), np.uint64)
+    loop = _start(sig, executable, arg_ptr, args, n_sigs, fallback == CRITICAL, feeds)
     nready, cons_ptr, cons, top = loop[NREADY], loop[CONS_PTR], loop[CONS], loop[TOP]
     if rule == TAIL_LAST:
-        priority = _tail_last_priority(priority, sig, executable, arg_ptr, args, cons_ptr)
+        priority = _tail_last_priority(priority, feeds, loop[LEFT])
     n_exec = _n_executed(executable)
     order = np.empty(n_exec, np.int64)
     bptr = np.empty(n_exec + 1, np.int64)
@@ -572,7 +586,7 @@ def episode(sig, executable, unbatchable, priority, cost, arg_ptr, args, vid, en
     n = sig.shape[0]
     n_sigs = priority.shape[0]
     fallback = fallback_rule(encoding)
-    loop = _start(sig, executable, arg_ptr, args, n_sigs, fallback == CRITICAL)
+    loop = _start(sig, executable, arg_ptr, args, n_sigs, fallback == CRITICAL, np.zeros((0, 1), np.uint64))
     nready, cons_ptr, cons, top = loop[NREADY], loop[CONS_PTR], loop[CONS], loop[TOP]
     n_exec = _n_executed(executable)
     order = np.empty(n_exec, np.int64)

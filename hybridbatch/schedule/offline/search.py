@@ -101,7 +101,8 @@ def _start_search(view):
     n_exec = _n_executed(view.executable)
     return (average_depth(view.sig, view.depth, view.executable, view.n_sigs),
             np.empty(n_exec, np.int64), np.zeros(n_exec + 1, np.int64),
-            _start(view.sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True))
+            _start(view.sig, view.executable, view.arg_ptr, view.args, view.n_sigs, True,
+                   np.zeros((0, 1), np.uint64)))
 
 
 def _play(view, types, drop):
