@@ -214,7 +214,7 @@ def test_every_policy_returns_a_valid_schedule_not_below_the_bound(view, other):
             assert n_batches(policy, target) >= lb, name
 
 
-@pytest.mark.parametrize("policy", ["greedy-frontier", "critical-path", "search", "fsm"])
+@pytest.mark.parametrize("policy", ["tail-last", "greedy-frontier", "critical-path", "search", "fsm"])
 def test_batched_values_and_gradients_equal_eager(policy, fig1_policy):
     policy = fig1_policy if policy == "fsm" else policy
     samples = fig1_samples(6, seed=5)
@@ -540,7 +540,7 @@ def test_grouped_bound_sees_interleavings_beside_an_output_chain():
 def test_tight_bound_never_exceeds_the_optimum(view):
     best = optimum(view)
     assert lower_bound(view) <= tight_lower_bound(view) <= best
-    for name in ("agenda", "critical-path", "search"):
+    for name in ("tail-last", "agenda", "critical-path", "search"):
         assert n_batches(POLICIES[name], view) >= best
 
 
@@ -560,7 +560,7 @@ def test_search_finds_the_supersequence_critical_path_misses():
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph_views())
 def test_search_is_valid_and_never_behind_the_heuristics(view):
-    best = min(n_batches(POLICIES[name], view) for name in ("critical-path", "agenda", "greedy-frontier"))
+    best = min(n_batches(POLICIES[name], view) for name in ("critical-path", "tail-last", "agenda", "greedy-frontier"))
     for width in (1, 3):
         assert lower_bound(view) <= n_batches(lambda v: rollout_search(v, width), view) <= best, width
 

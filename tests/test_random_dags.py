@@ -6,7 +6,7 @@ values drawn from the pools or to shared Parameters. Values stay bounded (each h
 carries a bound on its magnitude; anything that could grow past it is squashed by tanh),
 elementwise ops see their spec domains and div safe divisors. The same seed gives the same DAG in eager mode and inside
 `hb.batching`, so we compare EVERY node's value, not just the loss, and the parameter
-gradients of the loss, for both policies. Variants: several DAG instances sharing the
+gradients of the loss, for each policy. Variants: several DAG instances sharing the
 parameters in one scope (real cross-instance batching), reads in the middle of
 recording (incremental flushes, backward across flushes), and every shared-weight product
 in the few-rows kernel (kernels/few_rows.py).
@@ -22,7 +22,7 @@ from hybridbatch.kernels import blas, few_rows
 from hybridbatch.ops import OPS
 from op_specs import UNARY as UNARY_SPECS
 
-POLICIES = ("agenda", "depth")
+POLICIES = ("agenda", "depth", "tail-last")
 UNARY = {name: (ref, dom) for name, ref, dom in UNARY_SPECS}
 MIN_NODES = 200
 VAL_RTOL, VAL_ATOL = 1e-5, 2e-5

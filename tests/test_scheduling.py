@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 
 import hybridbatch as hb
 from hybridbatch.record import signature
-from hybridbatch.schedule import GraphView, agenda, by_depth, get_policy, lower_bound
+from hybridbatch.schedule import GraphView, agenda, by_depth, get_policy, lower_bound, tail_last
 from graphs import (B, H, INPUT, LABELS, LENGTHS, MAX_LEN, MIN_LEN, N_CHAINS, W, XS, chain, chain_loss,
                     check_schedule, graph_views, make_view, run_chains)
 
-POLICIES = {"agenda": agenda, "depth": by_depth}
+POLICIES = {"agenda": agenda, "depth": by_depth, "tail-last": tail_last}
 
 
 
