@@ -182,7 +182,7 @@ def test_policies_command_rejects_a_workload_named_twice(capsys):
     ("--lr", "nan", "must be a finite number > 0, got 'nan'"),
     ("--lr", "inf", "must be a finite number > 0, got 'inf'"),
     ("--policy", "bogus", "'bogus' is neither a policy (agenda, critical-path, depth, greedy-frontier, "
-                          "search) nor a saved FSM policy file"),
+                          "search, tail-last) nor a saved FSM policy file"),
     ("--policy", __file__, "not a saved FSM policy"),
 ])
 def test_cli_rejects_bad_flag_values_as_usage_errors(flag, value, message, capsys):

@@ -36,7 +36,8 @@ def test_policy_flag_takes_a_saved_learned_policy(tmp_path):
 
 
 @pytest.mark.parametrize("value, message", [
-    ("nope", "neither a policy (agenda, critical-path, depth, greedy-frontier, search) nor a saved FSM policy"),
+    ("nope", "neither a policy (agenda, critical-path, depth, greedy-frontier, search, tail-last) nor a saved "
+             "FSM policy"),
     (__file__, "not a saved FSM policy"),
 ])
 def test_policy_flag_rejects_what_is_no_policy(value, message):
