@@ -14,13 +14,13 @@ One configuration (`Config`) is measured in one process:
   from the median run (by throughput).
 
 Training = forward + backward + `Trainer` SGD step per minibatch of `batch` instances, the
-minibatch loss being the sum of the instances' losses. Inference = forward only, reading
-every logits handle of `predict` with `asnumpy()`. FLOPs are the workload's matrix products
-(`forward_flops`; training counts 3x, forward and the two products of each backward).
-They are the model's count: where a block's integer-keyed part runs once per distinct key
-(`distinct.py`; W1's leaves, W2/W3's input projections) fewer products run, and the
-figures, throughput and efficiency alike, measure that. `distinct_rows=False`
-(`--no-distinct-rows`) runs every row.
+minibatch loss being the workload's `minibatch_loss` (by default the sum of the instances'
+losses). Inference = forward only, reading every logits handle of `predict` with
+`asnumpy()`. FLOPs are the workload's matrix products (`forward_flops`; training counts 3x,
+forward and the two products of each backward). They are the model's count: where a
+block's integer-keyed part runs once per distinct key (`distinct.py`; W1's leaves, W2/W3's
+input projections) fewer products run, and the figures, throughput and efficiency alike,
+measure that. `distinct_rows=False` (`--no-distinct-rows`) runs every row.
 Efficiency = achieved FLOP/s / single-thread float32 GEMM FLOP/s (1024x512 @ 512x1280)
 measured in the same run: each repeat takes GEMM samples right before its batched training
 run and right after its batched inference run, and its efficiency uses their median. This
@@ -168,7 +168,7 @@ def train_batched(wl, trainer, instances, cfg, bar):
     for mb in _minibatches(instances, cfg.batch):
         t0 = time.perf_counter()
         with batching(policy=cfg.policy, granularity=cfg.granularity) as scope:
-            loss = hb.add_n([wl.loss(x) for x in mb])
+            loss = wl.minibatch_loss(mb)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
