@@ -1,10 +1,13 @@
 """The plain formulations (models/natural.py, W1-NATURAL, W2-NATURAL, CHILDSUM): batched losses
-and gradients equal eager ones at both granularities, the tree walk, and the harness runs them."""
+and gradients equal eager ones at both granularities, the tree walk, and the harness runs them
+(and its cold-start measurement)."""
 import numpy as np
 import pytest
 
 import hybridbatch as hb
 from helpers import check_harness_runs
+from hybridbatch_workloads.bench.cli import main as bench_main
+from hybridbatch_workloads.bench.harness import Config, run_cold_start
 from hybridbatch_workloads.bench.registry import make_workload
 from hybridbatch_workloads.bench.workload_natural import ChildSum, ParsedSentence
 from hybridbatch_workloads.data import Vocab
@@ -104,3 +107,17 @@ def test_child_sum_flops_count_each_arity():
 def test_harness_runs_each_natural_workload(name):
     """By its registry name, at its default (block) granularity."""
     check_harness_runs(name)
+
+
+def test_cold_start_reports_three_passes():
+    res = run_cold_start(Config(workload="childsum", hidden=8, batch=3, instances=4,
+                                workload_options={"synthetic_train": 12, "synthetic_dev": 2}), progress=False)
+    assert res["config"]["granularity"] == "block"
+    for part in ("cold", "next", "steady"):
+        assert res[part]["instances"] == 4 and res[part]["throughput"] > 0
+    assert 0 < res["cold"]["first_minibatch_seconds"] <= res["cold"]["seconds"]
+
+
+def test_cold_is_one_configuration():
+    with pytest.raises(SystemExit):
+        bench_main(["W1", "--cold", "--sweep", "hidden"])

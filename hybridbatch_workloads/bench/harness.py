@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybridbatch import api as hb
 from hybridbatch.config import settings
 from hybridbatch.train.optim import Trainer
 from hybridbatch.record.scope import batching
@@ -418,3 +417,49 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
     if info:
         result["machine"] = machine.machine_info()
     return result
+
+
+def run_cold_start(cfg: Config, progress=True):
+    """Compile latency: batched training throughput of the first `cfg.instances` training
+    instances of a process, with no warm-up and no GEMM sample before them, against later
+    ones. What the caches lack (numba's cache of the core's functions, under NUMBA_CACHE_DIR
+    or next to their files, and the fused kernels under HYBRIDBATCH_CACHE_DIR) compiles inside
+    the first part: point both at fresh folders for an empty cache. The first minibatch's
+    seconds are reported apart, since most compiling happens there.
+
+    Then two more passes of `cfg.instances`, each a permutation of the instances after the
+    first ones (as a run draws its sample): `next`, which still traces and compiles for the
+    signatures the first instances did not show (a child-sum tree's rare arities), and
+    `steady`, the reference."""
+    cfg = cfg.resolved()
+    t0 = time.perf_counter()
+    wl = make_workload(cfg.workload, hidden=cfg.hidden, data_dir=cfg.data, seed=cfg.seed,
+                       **cfg.workload_options)
+    wl.hybridize()
+    setup_seconds = time.perf_counter() - t0
+    trainer = Trainer(wl.parameters(), "sgd", {"learning_rate": cfg.lr})
+    pool = list(wl.train_instances())
+    n = cfg.instances
+    first = _take(pool, n)
+    rest = pool[n:] if len(pool) > n else pool
+    later = [_take(rest, n, np.random.default_rng(cfg.seed * 1000 + r + 1)) for r in (0, 1)]
+    bar = _progress_bar(3 * n, progress, f"{cfg.workload} cold start")
+    with settings(distinct_rows=cfg.distinct_rows), contextlib.closing(bar):
+        head = train_batched(wl, trainer, first[:cfg.batch], cfg, bar)
+        tail = train_batched(wl, trainer, first[cfg.batch:], cfg, bar) if n > cfg.batch else None
+        bar.set_description_str(f"{cfg.workload} next {n}")
+        nxt = train_batched(wl, trainer, later[0], cfg, bar)
+        bar.set_description_str(f"{cfg.workload} steady state")
+        steady = train_batched(wl, trainer, later[1], cfg, bar)
+    cold_seconds = head["seconds"] + (tail["seconds"] if tail else 0.0)
+    res = {"workload": cfg.workload, "data": getattr(wl, "data_source", cfg.data or "synthetic"),
+           "config": dataclasses.asdict(dataclasses.replace(cfg, policy=str(cfg.policy))),
+           "setup_seconds": setup_seconds,
+           "cold": {"instances": n, "seconds": cold_seconds, "throughput": n / cold_seconds,
+                    "first_minibatch_seconds": head["seconds"],
+                    "first_minibatch_split": head["split"]},
+           "next": {"instances": n, "seconds": nxt["seconds"], "throughput": n / nxt["seconds"]},
+           "steady": {"instances": n, "seconds": steady["seconds"], "throughput": n / steady["seconds"]}}
+    res["cold_over_steady"] = res["cold"]["throughput"] / res["steady"]["throughput"]
+    res["next_over_steady"] = res["next"]["throughput"] / res["steady"]["throughput"]
+    return res
