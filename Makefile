@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,5 +23,15 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_schedule.py
 
+# the outside peers of benchmarks/peers/ in their own venv (torch is never a dependency of
+# hybridbatch); see benchmarks/peers/requirements.txt for which torch build pip takes
+PEERS := benchmarks/peers/.venv
+$(PEERS)/.installed: benchmarks/peers/requirements.txt
+	$(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet -r benchmarks/peers/requirements.txt
+	touch $@
+
+peers: $(PEERS)/.installed
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(PEERS) build *.egg-info

@@ -113,3 +113,23 @@ def run_example(script, *args):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True,
                           env=env, timeout=300)
+
+
+# ---------------------------------------------------------------------------------------
+# The benchmark harness on a tiny configuration
+# ---------------------------------------------------------------------------------------
+def check_harness_runs(name):
+    """Run the bench harness on workload `name` at hidden 8 on a dozen synthetic instances and
+    check what every workload's run must give: its default block granularity, batched losses
+    equal to eager ones, FLOPs, speedups and batches at or above the lower bound."""
+    from hybridbatch_workloads.bench.harness import Config, run_benchmark
+    res = run_benchmark(Config(workload=name.lower(), hidden=8, batch=3, instances=6, warmup=3, repeats=1,
+                               eager_instances=3, eager_warmup=1, gemm_repeats=1,
+                               workload_options={"synthetic_train": 12, "synthetic_dev": 2}),
+                        progress=False, info=False)
+    assert res["workload"] == name and res["config"]["granularity"] == "block"
+    assert res["check"]["max_rel_loss_diff"] < 1e-4
+    for phase in ("train", "infer"):
+        assert res["batched"][phase]["flops"] > 0 and res["speedup"][phase] > 0
+        assert res["batched"][phase]["batches"] >= res["batched"][phase]["lower_bound"] > 0
+    return res

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
-from hybridbatch_workloads.bench.harness import Config, run_benchmark
+from helpers import check_harness_runs
 from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY, WORKLOADS, make_workload
 from hybridbatch_workloads.bench.workload import scaled
 from hybridbatch_workloads.bench.workload_lattice import EncodedLattice, W6Lattice
@@ -195,15 +195,7 @@ def test_registry_names_and_granularity():
 
 @pytest.mark.parametrize("name", W4_TO_W6)
 def test_harness_runs_and_checks_each_workload(name):
-    res = run_benchmark(Config(workload=name.lower(), hidden=8, batch=3, instances=6, warmup=3, repeats=1,
-                               eager_instances=3, eager_warmup=1, gemm_repeats=1,
-                               workload_options={"synthetic_train": 12, "synthetic_dev": 2}),
-                        progress=False, info=False)
-    assert res["workload"] == name and res["config"]["granularity"] == "block"
-    assert res["check"]["max_rel_loss_diff"] < 1e-4
-    for phase in ("train", "infer"):
-        assert res["batched"][phase]["flops"] > 0 and res["speedup"][phase] > 0
-        assert res["batched"][phase]["batches"] >= res["batched"][phase]["lower_bound"] > 0
+    check_harness_runs(name)
 
 
 def test_nmt_refuses_a_data_dir(tmp_path):

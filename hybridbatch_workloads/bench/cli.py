@@ -10,7 +10,7 @@ import sys
 from ..cli_args import int_at_least, policy_arg, positive_float
 from ..data import DataFormatError
 from hybridbatch.schedule import POLICIES
-from .harness import Config, run_benchmark
+from .harness import Config, run_benchmark, run_cold_start
 from .policies import (WORKLOADS as POLICY_WORKLOADS, TooFewInstances, compare_policies, format_policies,
                        plot_policies)
 from .registry import WORKLOADS, UnknownWorkload
@@ -107,6 +107,10 @@ def build_parser():
     ap.add_argument("--no-check", action="store_true", help="skip the batched-vs-eager loss check")
     ap.add_argument("--no-distinct-rows", action="store_true",
                     help="run every row of a block's integer-keyed part (default: once per distinct key)")
+    ap.add_argument("--cold", action="store_true",
+                    help="compile latency: training throughput of the first --instances instances of "
+                         "the process (no warm-up) against two later passes of --instances; run with "
+                         "fresh HYBRIDBATCH_CACHE_DIR and NUMBA_CACHE_DIR folders for an empty cache")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
     return ap
 
@@ -115,7 +119,7 @@ def build_parser():
 # command, they would be silently ignored
 SINGLE_ONLY = ("policy", "granularity", "instances", "warmup", "repeats", "eager_instances", "eager_warmup",
                "no_eager", "sweep", "gemm_repeats", "synthetic_train", "synthetic_dev", "no_check",
-               "no_distinct_rows")
+               "no_distinct_rows", "cold")
 POLICIES_ONLY = ("workloads", "eval_batches", "no_throughput")
 
 
@@ -127,6 +131,8 @@ def check_flags_apply(ap, args):
             flag = "--" + dest.replace("_", "-")
             ap.error(f"{flag} applies to one workload's benchmark, not to policies" if policies
                      else f"{flag} applies to policies only")
+    if args.cold and args.sweep:
+        ap.error("--cold measures one configuration, not a --sweep")
     if args.plot and not (policies or args.sweep):
         ap.error("--plot applies to --sweep and policies only")
 
@@ -193,6 +199,20 @@ def _policies(args, progress):
     return _report_with_plot(res, args, plot_policies, format_policies, "policies.png")
 
 
+def _cold(cfg, args, progress):
+    res = run_cold_start(cfg, progress=progress)
+    c, x, w = res["cold"], res["next"], res["steady"]
+    print(f"{res['workload']} ({res['data']}), granularity {res['config']['granularity']}, training: "
+          f"first {c['instances']} instances {c['throughput']:.1f} inst/s (first minibatch "
+          f"{c['first_minibatch_seconds']:.2f} s), next {x['throughput']:.1f} inst/s, steady "
+          f"{w['throughput']:.1f} inst/s; first / steady {res['cold_over_steady']:.3f}, next / steady "
+          f"{res['next_over_steady']:.3f}")
+    if args.json:
+        _write_json(args.json, res)
+        print(f"json: {args.json}")
+    return 0
+
+
 def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -202,6 +222,8 @@ def main(argv=None):
     try:
         if args.workload == "POLICIES":
             return _policies(args, progress)
+        if args.cold:
+            return _cold(cfg, args, progress)
         if args.sweep:
             sweep = run_sweep(cfg, args.sweep, progress=progress)
             return _report_with_plot(sweep, args, plot_sweep, format_sweep, f"sweep_{cfg.workload.upper()}.png")

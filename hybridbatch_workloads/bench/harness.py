@@ -14,13 +14,13 @@ One configuration (`Config`) is measured in one process:
   from the median run (by throughput).
 
 Training = forward + backward + `Trainer` SGD step per minibatch of `batch` instances, the
-minibatch loss being the sum of the instances' losses. Inference = forward only, reading
-every logits handle of `predict` with `asnumpy()`. FLOPs are the workload's matrix products
-(`forward_flops`; training counts 3x, forward and the two products of each backward).
-They are the model's count: where a block's integer-keyed part runs once per distinct key
-(`distinct.py`; W1's leaves, W2/W3's input projections) fewer products run, and the
-figures, throughput and efficiency alike, measure that. `distinct_rows=False`
-(`--no-distinct-rows`) runs every row.
+minibatch loss being the workload's `minibatch_loss` (by default the sum of the instances'
+losses). Inference = forward only, reading every logits handle of `predict` with
+`asnumpy()`. FLOPs are the workload's matrix products (`forward_flops`; training counts 3x,
+forward and the two products of each backward). They are the model's count: where a
+block's integer-keyed part runs once per distinct key (`distinct.py`; W1's leaves, W2/W3's
+input projections) fewer products run, and the figures, throughput and efficiency alike,
+measure that. `distinct_rows=False` (`--no-distinct-rows`) runs every row.
 Efficiency = achieved FLOP/s / single-thread float32 GEMM FLOP/s (1024x512 @ 512x1280)
 measured in the same run: each repeat takes GEMM samples right before its batched training
 run and right after its batched inference run, and its efficiency uses their median. This
@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hybridbatch import api as hb
 from hybridbatch.config import settings
 from hybridbatch.train.optim import Trainer
 from hybridbatch.record.scope import batching
@@ -168,7 +167,7 @@ def train_batched(wl, trainer, instances, cfg, bar):
     for mb in _minibatches(instances, cfg.batch):
         t0 = time.perf_counter()
         with batching(policy=cfg.policy, granularity=cfg.granularity) as scope:
-            loss = hb.add_n([wl.loss(x) for x in mb])
+            loss = wl.minibatch_loss(mb)
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -418,3 +417,49 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
     if info:
         result["machine"] = machine.machine_info()
     return result
+
+
+def run_cold_start(cfg: Config, progress=True):
+    """Compile latency: batched training throughput of the first `cfg.instances` training
+    instances of a process, with no warm-up and no GEMM sample before them, against later
+    ones. What the caches lack (numba's cache of the core's functions, under NUMBA_CACHE_DIR
+    or next to their files, and the fused kernels under HYBRIDBATCH_CACHE_DIR) compiles inside
+    the first part: point both at fresh folders for an empty cache. The first minibatch's
+    seconds are reported apart, since most compiling happens there.
+
+    Then two more passes of `cfg.instances`, each a permutation of the instances after the
+    first ones (as a run draws its sample): `next`, which still traces and compiles for the
+    signatures the first instances did not show (a child-sum tree's rare arities), and
+    `steady`, the reference."""
+    cfg = cfg.resolved()
+    t0 = time.perf_counter()
+    wl = make_workload(cfg.workload, hidden=cfg.hidden, data_dir=cfg.data, seed=cfg.seed,
+                       **cfg.workload_options)
+    wl.hybridize()
+    setup_seconds = time.perf_counter() - t0
+    trainer = Trainer(wl.parameters(), "sgd", {"learning_rate": cfg.lr})
+    pool = list(wl.train_instances())
+    n = cfg.instances
+    first = _take(pool, n)
+    rest = pool[n:] if len(pool) > n else pool
+    later = [_take(rest, n, np.random.default_rng(cfg.seed * 1000 + r + 1)) for r in (0, 1)]
+    bar = _progress_bar(3 * n, progress, f"{cfg.workload} cold start")
+    with settings(distinct_rows=cfg.distinct_rows), contextlib.closing(bar):
+        head = train_batched(wl, trainer, first[:cfg.batch], cfg, bar)
+        tail = train_batched(wl, trainer, first[cfg.batch:], cfg, bar) if n > cfg.batch else None
+        bar.set_description_str(f"{cfg.workload} next {n}")
+        nxt = train_batched(wl, trainer, later[0], cfg, bar)
+        bar.set_description_str(f"{cfg.workload} steady state")
+        steady = train_batched(wl, trainer, later[1], cfg, bar)
+    cold_seconds = head["seconds"] + (tail["seconds"] if tail else 0.0)
+    res = {"workload": cfg.workload, "data": getattr(wl, "data_source", cfg.data or "synthetic"),
+           "config": dataclasses.asdict(dataclasses.replace(cfg, policy=str(cfg.policy))),
+           "setup_seconds": setup_seconds,
+           "cold": {"instances": n, "seconds": cold_seconds, "throughput": n / cold_seconds,
+                    "first_minibatch_seconds": head["seconds"],
+                    "first_minibatch_split": head["split"]},
+           "next": {"instances": n, "seconds": nxt["seconds"], "throughput": n / nxt["seconds"]},
+           "steady": {"instances": n, "seconds": steady["seconds"], "throughput": n / steady["seconds"]}}
+    res["cold_over_steady"] = res["cold"]["throughput"] / res["steady"]["throughput"]
+    res["next_over_steady"] = res["next"]["throughput"] / res["steady"]["throughput"]
+    return res

@@ -1,4 +1,5 @@
-"""Workload names (W1 ... W6; W4 is three models) -> Workload classes, imported only when asked for.
+"""Workload names (W1 ... W6; W4 is three models; the plain formulations W1-NATURAL and W2-NATURAL,
+and CHILDSUM) -> Workload classes, imported only when asked for.
 
 Names are upper case: the command line and `Config` upper-case what the user types."""
 from __future__ import annotations
@@ -15,12 +16,16 @@ WORKLOADS = {
     "W4-MVRNN": ("hybridbatch_workloads.bench.workload_tree_variants", "W4MVRNN"),
     "W5": ("hybridbatch_workloads.bench.workload_nmt", "W5NMT"),
     "W6": ("hybridbatch_workloads.bench.workload_lattice", "W6Lattice"),
+    "W1-NATURAL": ("hybridbatch_workloads.bench.workload_natural", "W1Natural"),
+    "W2-NATURAL": ("hybridbatch_workloads.bench.workload_natural", "W2Natural"),
+    "CHILDSUM": ("hybridbatch_workloads.bench.workload_natural", "ChildSum"),
 }
 
 # granularity used when the command line names none: every tree node, recurrent step, lattice
 # cell and per-step output of these models is one hybridized block call
 DEFAULT_GRANULARITY = {"W1": "block", "W2": "block", "W3": "block", "W4-TREEGRU": "block",
-                       "W4-2TYPE": "block", "W4-MVRNN": "block", "W5": "block", "W6": "block"}
+                       "W4-2TYPE": "block", "W4-MVRNN": "block", "W5": "block", "W6": "block",
+                       "W1-NATURAL": "block", "W2-NATURAL": "block", "CHILDSUM": "block"}
 
 
 class UnknownWorkload(LookupError):

@@ -4,6 +4,7 @@ A workload owns its data (real files from `data_dir`, else its synthetic generat
 vocabulary and its model, and exposes the model per instance: the harness decides whether
 those calls run eagerly or inside `hb.batching()`.
 """
+from hybridbatch import api as hb
 
 
 class Workload:
@@ -29,6 +30,10 @@ class Workload:
     def loss(self, instance):
         """The instance's scalar training loss (a Future inside a scope, a Tensor outside)."""
         raise NotImplementedError
+
+    def minibatch_loss(self, instances):
+        """The scalar loss of a training minibatch: the sum of its instances' losses."""
+        return hb.add_n([self.loss(x) for x in instances])
 
     def predict(self, instance):
         """Handles whose values are the instance's logits (one per predicted item)."""

@@ -54,11 +54,16 @@ class _TaggerWorkload(Workload):
         # docs/workloads.md sizes: embedding = hidden (256); char embedding 64, char LSTM hidden / 2
         self.char_hidden = hidden // 2
         self.char_embed = 64
-        self.model = BiLSTMTagger(self.word_vocab, UPOS_TAGS, self.char_vocab, embed=hidden, hidden=hidden,
-                                  char_embed=self.char_embed, char_hidden=self.char_hidden, hoist=hoist,
-                                  seed=seed)
+        self.hoist = hoist
+        self.model = self.build_model()
         self._train = [self._instance(s) for s in train]
         self._dev = [self._instance(s) for s in dev]
+
+    def build_model(self):
+        """The tagger (called once the vocabularies exist); it encodes words and tags too."""
+        return BiLSTMTagger(self.word_vocab, UPOS_TAGS, self.char_vocab, embed=self.hidden, hidden=self.hidden,
+                            char_embed=self.char_embed, char_hidden=self.char_hidden, hoist=self.hoist,
+                            seed=self.seed)
 
     def _instance(self, sent):
         words = [t.form for t in sent]
