@@ -48,7 +48,7 @@ def main(argv=None):
     ap.add_argument("--checkpoints", default="100,1000,5000,10000")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--max-growth-mb", type=float, default=20.0)
-    ap.add_argument("--policy", default="agenda")
+    ap.add_argument("--policy", default="tail-last")
     args = ap.parse_args(argv)
     checkpoints = sorted({int(c) for c in args.checkpoints.split(",") if int(c) <= args.steps} | {args.steps})
 

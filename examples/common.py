@@ -21,8 +21,8 @@ from hybridbatch.schedule import POLICIES  # noqa: E402
 def add_batching_args(ap):
     """--mode, --policy and --granularity, the same in every training example."""
     ap.add_argument("--mode", choices=("batched", "eager"), default="batched")
-    ap.add_argument("--policy", type=policy_arg, default="agenda",
-                    help=f"{', '.join(sorted(POLICIES))}, or a saved FSM policy file (agenda)")
+    ap.add_argument("--policy", type=policy_arg, default="tail-last",
+                    help=f"{', '.join(sorted(POLICIES))}, or a saved FSM policy file (tail-last)")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
 
 
@@ -43,7 +43,7 @@ def minibatches(items, size, rng):
         yield [items[j] for j in order[i:i + size]]
 
 
-def run(fn, mode, policy="agenda", granularity="block"):
+def run(fn, mode, policy="tail-last", granularity="block"):
     """fn() inside a batching scope (mode "batched") or as it is (mode "eager")."""
     if mode == "eager":
         return fn()

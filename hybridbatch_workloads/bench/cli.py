@@ -79,8 +79,8 @@ def build_parser():
                     help="policies: count batches only, skip the training runs")
     ap.add_argument("--hidden", type=int_at_least(1), default=256, help="hidden size = embedding size (256)")
     ap.add_argument("--batch", type=int_at_least(1), default=64, help="minibatch size (64)")
-    ap.add_argument("--policy", type=policy_arg, default="agenda",
-                    help=f"scheduling policy: {', '.join(sorted(POLICIES))}, or a saved FSM policy file (agenda)")
+    ap.add_argument("--policy", type=policy_arg, default="tail-last",
+                    help=f"scheduling policy: {', '.join(sorted(POLICIES))}, or a saved FSM policy file (tail-last)")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default=None,
                     help="recording granularity (default: the workload's, block for W1-W3)")
     ap.add_argument("--data", metavar="DIR", default=None,

@@ -55,7 +55,7 @@ class Config:
     workload: str = "W1"
     hidden: int = 256
     batch: int = 64
-    policy: str | Callable = "agenda"      # a name, or a scheduling callable such as an FSMPolicy
+    policy: str | Callable = "tail-last"    # a name, or a scheduling callable such as an FSMPolicy
     granularity: str | None = None          # None: the workload's default (registry)
     data: str | None = None                 # None: the workload's synthetic data
     instances: int = 1280
