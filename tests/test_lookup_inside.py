@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hybridbatch as hb
 from hybridbatch import nn
+from hybridbatch.errors import NumericsError
 from hybridbatch.record import signature
 
 WORDS = [3, 1, 3, 0, 7, 1, 3, 3, 9, 0, 1, 7] * 4       # 48 calls, 5 distinct words
@@ -211,3 +212,47 @@ def test_random_words_reads_and_reach_match_eager(data):
     labels = data.draw(st.booleans(), label="labels")
     kwargs = dict(words=words, reached=reached, also_read=also, labels=labels)
     _assert_same(_run("block", **kwargs), _run("eager", **kwargs))
+
+
+def test_check_numerics_names_the_same_node_and_line_folded_or_not():
+    def message(fold):
+        model = Model()
+        model.cell.w.data[1, 2] = np.nan        # the gates' product: NaN inside the cell
+        with hb.settings(distinct_rows=fold), pytest.raises(NumericsError) as err:
+            with hb.batching(granularity="block", check_numerics=True) as scope:
+                model.run(WORDS)
+        return str(err.value), scope.plans
+
+    folded, plans = message(True)
+    assert _folded(plans) == ["block:Cell"]
+    assert folded == message(False)[0]
+    assert "inside the block: first at affine" in folded
+
+
+class Scaled(hb.HybridBlock):
+    """(W x) / h: the looked-up x first. With h tiny the value is finite but h's gradient,
+    -(W x) / h^2, overflows."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = hb.Parameter("w3", (4, 4), init="uniform", rng=np.random.default_rng(3))
+
+    def forward(self, x, h):
+        return (self.w @ x) / h
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")      # the inf is the point
+def test_a_bad_gradient_names_its_operand_as_recorded():
+    def message(fold):
+        model, block = Model(), Scaled()
+        block.hybridize()
+        with hb.settings(distinct_rows=fold), pytest.raises(NumericsError) as err:
+            with hb.batching(granularity="block", check_numerics=True) as scope:
+                h = hb.array(np.full(4, 1e-23, np.float32)) * 1.0      # computed: it takes a gradient
+                hb.add_n([hb.sum(block(model.emb(w), h)) for w in WORDS]).backward()
+        return str(err.value), scope.plans
+
+    folded, plans = message(True)
+    assert _folded(plans) == ["block:Scaled"]
+    assert folded == message(False)[0]
+    assert "gradient for operand 1 " in folded

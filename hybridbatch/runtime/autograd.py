@@ -279,7 +279,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                         accumulate_param(pid, gx)
                         continue
                     if numerics is not None:
-                        numerics.check(gx, f"operand {j}")     # counting shared parameters too
+                        numerics.check(gx, f"operand {plan.recorded_operand(b, j)}")   # shared parameters count
                     if rows is not None:
                         gx = _at_rows(gx, rows, size, xp)
                     grad_arena(gathers.arena[k])   # the spec's first arena; MIXED ones below

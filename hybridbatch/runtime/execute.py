@@ -111,6 +111,8 @@ def first_bad_row(rows, xp):
 
 
 def raise_numerics(plan, b, sig, origin, what, row=0):
-    """NumericsError naming node `row` of batch b and the line that recorded it."""
+    """NumericsError naming node `row` of batch b, its signature as recorded (not as a looked-up
+    input made it run) and the line that recorded it."""
     nid = plan.start + int(plan.batch_nodes(b)[row])
-    raise NumericsError(f"{sig.op.name} {what} in node {nid} ({sig.describe()}), recorded at {origin[nid]}")
+    recorded = signature.SIGS[plan.recorded_sig(b)]
+    raise NumericsError(f"{sig.op.name} {what} in node {nid} ({recorded.describe()}), recorded at {origin[nid]}")
