@@ -20,7 +20,7 @@ _Number = (int, float, np.integer, np.floating)
 
 def apply(op, args, attrs=(), aux=-1):
     """Record (inside a scope) or run (eagerly) one primitive op."""
-    scope = getattr(_local, "scope", None)
+    scope = _local.scope     # a class default makes it a plain attribute read
     if scope is not None:
         return scope.record(op, args, attrs, aux)
     return _eager_apply(op, args, attrs, aux)
@@ -28,7 +28,7 @@ def apply(op, args, attrs=(), aux=-1):
 
 def array(value):
     """A constant input (no gradient): a Future inside a scope, a Tensor outside."""
-    scope = getattr(_local, "scope", None)
+    scope = _local.scope     # a class default makes it a plain attribute read
     return scope.constant(value) if scope is not None else _eager_constant(value)
 
 

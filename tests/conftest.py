@@ -2,6 +2,7 @@
 import pytest
 
 import hybridbatch as hb
+from hybridbatch.hybrid import distinct
 from helpers import needs_mkl
 
 
@@ -10,3 +11,18 @@ def library(request):
     """Each test on numpy's BLAS, and where MKL is loaded on MKL and on the automatic choice."""
     with hb.settings(blas=request.param):
         yield request.param
+
+
+@pytest.fixture
+def splits(monkeypatch):
+    """The (distinct keys, rows) of every batch that shared rows (hybrid/distinct.py)."""
+    seen = []
+    real = distinct.KeyedPart.split
+
+    def spy(self, ints, size):
+        out = real(self, ints, size)
+        if out is not None:
+            seen.append((len(out[0]), size))
+        return out
+    monkeypatch.setattr(distinct.KeyedPart, "split", spy)
+    return seen

@@ -56,21 +56,6 @@ def _assert_same(a, b):
         np.testing.assert_allclose(ga, gb, rtol=1e-4, atol=1e-6)
 
 
-@pytest.fixture
-def splits(monkeypatch):
-    """The (distinct keys, rows) of every batch that shared rows."""
-    seen = []
-    real = distinct.KeyedPart.split
-
-    def spy(self, ints, size):
-        out = real(self, ints, size)
-        if out is not None:
-            seen.append((len(out[0]), size))
-        return out
-    monkeypatch.setattr(distinct.KeyedPart, "split", spy)
-    return seen
-
-
 @pytest.mark.parametrize("fused", [True, False])
 def test_shared_rows_give_the_per_row_values_and_gradients(splits, fused):
     shared = _run("block", fused=fused)

@@ -73,6 +73,26 @@ def make_params(seed=0):
 PARAMS = make_params()
 
 
+class LookedUp(hb.HybridBlock):
+    """A layer on a row x and a state h, as a cell reads an embedding looked up outside it:
+    where every call of a batch reads a lookup at x, the plan runs the lookup inside
+    (runtime/plan.py). With a label it also returns x itself and a loss."""
+
+    def __init__(self, params):
+        super().__init__()
+        self.w, self.b = params["W34"], params["b3"]
+
+    def forward(self, h, x, label=None):
+        y = hb.tanh(hb.affine(self.w, x, self.b)) * h
+        if label is None:
+            return y
+        return y, x, hb.pick_neg_log_softmax(y, label)
+
+
+LAYER = LookedUp(PARAMS)
+LAYER.hybridize()
+
+
 # ---------------------------------------------------------------------------------------
 # the DAG builder
 # ---------------------------------------------------------------------------------------
@@ -291,10 +311,27 @@ class Builder:
         p = self.choice(list(self.by_shape.values()))[0]
         self.push(self.choice((hb.tanh, hb.sigmoid, hb.log_softmax if p.ndim else hb.tanh))(p), 4.0)
 
+    def block(self):
+        """A hybridized block call (LookedUp) on a pooled state and, mostly, a fresh lookup."""
+        h, bh = self.take(V3, param_ok=False)
+        if self.rng.random() < 0.75:
+            x, bx = self.node(hb.lookup(self.params["E4"], self.pick_index(8))), 1.0
+        else:
+            x, bx = self.take(V4, param_ok=False)
+        if self.rng.random() < 0.5:
+            self.push(LAYER(h, x), bh)
+            return
+        y, x_out, loss = LAYER(h, x, self.pick_index(3))
+        self.push(y, bh)
+        self.node(x_out)             # eager mode returns x itself: pooled, it would count as read
+        self.push(x_out * 1.0, bx)
+        self.push(loss, 2 * bh + 2)
+        self.loss_terms.append(loss)
+
     BINARY = ("add", "sub", "mul")
     STEPS = (*UNARY, *BINARY, "scalar", "div", "matmul", "affine", "add_n", "concat",
              "slice", "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax",
-             "py_func", "param_read")
+             "py_func", "param_read", "block")
 
     def step(self, kind):
         if kind in UNARY:
@@ -359,9 +396,9 @@ def run_eager(seeds, params=PARAMS, hook_factory=None):
     return all_nodes, grads_of(params), [n for ns in all_nodes for n in ns], losses
 
 
-def run_batched(seeds, policy, params=PARAMS, hook_factory=None):
+def run_batched(seeds, policy, params=PARAMS, hook_factory=None, granularity="op"):
     zero_grads(params)
-    with hb.batching(policy=policy) as scope:
+    with hb.batching(policy=policy, granularity=granularity) as scope:
         built = [build(np.random.default_rng(s), params, hook_factory(s) if hook_factory else None)
                  for s in seeds]
         total = hb.add_n([loss for _, loss in built]) if len(built) > 1 else built[0][1]
@@ -431,6 +468,34 @@ def test_random_dag_batched_equals_eager(seed):
         assert_grads_match(grads, eager_grads, where)
         st_ = scope.stats
         assert st_.lower_bound <= st_.batches <= st_.nodes, (where, st_)
+
+
+@settings(**dict(SETTINGS, max_examples=8))
+@given(seeds=st.lists(st.integers(0, 2 ** 31 - 1), min_size=1, max_size=4, unique=True))
+def test_random_dag_at_block_granularity_equals_eager(seeds):
+    """The block calls as one node each: a batch of them that all read lookups at x looks
+    them up inside, and (distinct_min_rows 2) runs its per-word part once per word."""
+    eager_values, eager_grads, _, _ = run_eager(seeds)
+    for policy in POLICIES:
+        with hb.settings(distinct_min_rows=2):
+            nodes, grads, _ = run_batched(seeds, policy, granularity="block")
+        where = f"seeds={seeds} policy={policy} block"
+        for inst, (ns, want) in enumerate(zip(nodes, eager_values)):
+            assert_nodes_match(ns, want, f"{where} instance {inst}")
+        assert_grads_match(grads, eager_grads, where)
+
+
+def test_block_calls_reading_lookups_run_them_inside():
+    """Some of a few DAGs' block batches read only lookups at x: those run the lookup inside,
+    with the same values and gradients."""
+    seeds = [1, 2, 3, 4]
+    eager_values, eager_grads, _, _ = run_eager(seeds)
+    with hb.settings(distinct_min_rows=2):
+        nodes, grads, scope = run_batched(seeds, "agenda", granularity="block")
+    assert sum(len(plan.folded) for plan in scope.plans) >= 1
+    for inst, (ns, want) in enumerate(zip(nodes, eager_values)):
+        assert_nodes_match(ns, want, f"instance {inst}")
+    assert_grads_match(grads, eager_grads, "looked up inside")
 
 
 @contextlib.contextmanager

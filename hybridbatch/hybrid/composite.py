@@ -47,6 +47,7 @@ class Composite(Op):
         self._units = None
         self._keyed = {}     # per unit list (fused or not): its KeyedPart, or None
         self._wanted = {}    # per needs tuple: the slots that take a gradient (_wanted_slots)
+        self._looked_up = {}  # with_input_looked_up's answers
 
     def infer(self, attrs, shapes, dtypes):
         return signature.TYPES[self.program.out_types[0]]
@@ -68,6 +69,23 @@ class Composite(Op):
         if key not in self._keyed:
             self._keyed[key] = keyed_part(units, self.program.outputs)
         return self._keyed[key]
+
+    def with_input_looked_up(self, sig, position, lookup_sig):
+        """Op.with_input_looked_up: the program with that input looked up inside
+        (program.with_input_looked_up), where its per-word part then holds a product and this
+        program has none keyed already (its own stays whole); None otherwise. Once per
+        (position, table, fusion setting)."""
+        key = (position, lookup_sig.id, settings.fusion)
+        if key not in self._looked_up:
+            from .program import with_input_looked_up      # program.py imports this module
+            found = None
+            if self.keyed_part(self.units(np)) is None:
+                folded = with_input_looked_up(self.program, position, lookup_sig)
+                part = folded.op.keyed_part(folded.op.units(np))
+                if part is not None and part.column == folded.n_ints - 1:
+                    found = folded.sig
+            self._looked_up[key] = found
+        return self._looked_up[key]
 
     # -- forward ------------------------------------------------------------------------
     def forward(self, xp, sig, xs, aux, out=None):

@@ -17,7 +17,8 @@ def choose_granularity(plan):
     to later calls and scopes.
     """
     seen = {}
-    for sig_id, size in zip(plan.batch_sig, plan.sizes):
+    for b, size in enumerate(plan.sizes):
+        sig_id = plan.recorded_sig(b)       # as recorded, not as run
         owner = signature.SIGS[sig_id].op.owner_block
         if owner is not None:
             sizes, sigs = seen.setdefault(owner, ([], set()))

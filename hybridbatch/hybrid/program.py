@@ -129,3 +129,28 @@ class Program:
             vals[slot] = apply(sig.op, operands, sig.attrs, aux if j is None else ints[j])
         outs = [vals[o] for o in self.outputs]
         return outs[0] if self.container is None else self.container(outs)
+
+
+def with_input_looked_up(program, position, lookup_sig):
+    """`program` with its input `position` computed inside: a first step `lookup(table, j)`,
+    j a new last integer argument (lookup_sig names the table). The runtime runs a batch of
+    calls that all read a lookup there this way (runtime/plan.py), so that the block's part
+    that depends only on the word runs once per distinct word (distinct.py).
+
+    Inputs after `position` move down one slot; the freed slot n_inputs - 1 holds the
+    looked-up row. Other slots keep their numbers."""
+    n = program.n_inputs
+    row = n - 1
+
+    def moved(s):
+        if s is None or s >= n:
+            return s
+        return row if s == position else s - (s > position)
+
+    steps = [Step(row, lookup_sig, (None,), -2 - program.n_ints)]
+    steps += [step._replace(refs=tuple(moved(r) for r in step.refs)) for step in program.steps]
+    return Program(name=program.name, steps=steps, n_inputs=n - 1, n_slots=program.n_slots,
+                   in_types=program.in_types[:position] + program.in_types[position + 1:],
+                   consts=program.consts, outputs=tuple(moved(o) for o in program.outputs),
+                   out_types=program.out_types, container=program.container, n_ints=program.n_ints + 1,
+                   origins={moved(s): o for s, o in program.origins.items()}, owner=program.op.owner_block)

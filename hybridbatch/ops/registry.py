@@ -84,6 +84,13 @@ class Op:
         """Ids of the shared Parameters a node of `sig` reads (a block call: its steps')."""
         return [pid for pid in sig.params if pid is not None]
 
+    def with_input_looked_up(self, sig, position, lookup_sig):
+        """The signature of a node computing the same with operand `position` made inside by
+        `lookup_sig`'s lookup (its row a new last integer), where that pays; else None. The
+        plan asks it of a batch whose nodes all read lookups of one table there (a block call:
+        its per-word part then runs once per distinct word)."""
+        return None
+
     def locate_nonfinite(self, xp, sig, xs, aux, row):
         """Where inside a node the NaN/inf of batch row `row` first appeared, as (op name,
         source line), given the batch's operands and aux; None where the node is one op."""

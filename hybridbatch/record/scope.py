@@ -33,6 +33,7 @@ class _Local(threading.local):
 
 _local = _Local()
 _sig_by_key = signature._sig_by_key
+_new = object.__new__
 
 GRANULARITIES = ("op", "block", "auto")
 # Read as a constant, a computed value from outside a traced forward would lose its gradient
@@ -120,32 +121,51 @@ class batching:
         if not self.open:
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
         g = self.graph
+        types = g.type
         codes, ids = [], []
         for a in args:
+            if a.__class__ is Future and a.scope is self:      # the common case first
+                i = a.id
+                codes.append(types[i])
+                ids.append(i)
+                continue
             if a.__class__ is not Future:
                 if isinstance(a, Parameter):
                     codes.append(-a.pid - 1)
                     self.params[a.pid] = a      # signatures name it by id: keep it alive
                     continue
                 a = self.constant(a)
-            elif a.scope is not self:
+            else:
                 raise ScopeError(_CAPTURED if self.tracing else
                                  "a Future from another batching scope was used here; futures belong "
                                  "to the scope that recorded them (read it with .asnumpy() first)")
             i = a.id
-            codes.append(g.type[i])
+            codes.append(types[i])
             ids.append(i)
         if not ids and op.needs_batched:
             return self.record(op, (self.record(ParamRead, args[:1], (), 0),) + tuple(args[1:]), attrs, aux)
         codes = tuple(codes)
         sig = _sig_by_key.get((op.id, attrs, codes)) or signature.intern(op, attrs, codes)
-        if op.uses_aux:
+        if op.uses_aux and not (aux.__class__ is int and 0 <= aux < sig.aux_limit):
             if aux.__class__ is BlockInt and self.tracing:
                 aux = aux.code          # resolved per call from the block's integer arguments
             else:
                 aux = op.index(aux)
                 op.check_aux(sig, aux)
-        return Future(self, self._add(sig, ids, aux))
+        if g.origin is not None:
+            return Future(self, self._add(sig, ids, aux))
+        # graph.add inlined, and the Future made without an __init__ frame: the hot path
+        nid = len(types)
+        g.sig.append(sig.id)
+        types.append(sig.out_type)
+        g.aux.append(aux)
+        args = g.args
+        args.extend(ids)
+        g.arg_end.append(len(args))
+        f = _new(Future)
+        f.scope = self
+        f.id = nid
+        return f
 
     def record_ragged(self, op, fixed, args):
         """One node of ragged `op` (ops.registry.Op.ragged) over args when they are values
@@ -190,7 +210,14 @@ class batching:
             aux = -1
         if g.origin is not None:
             g.origin.extend([_caller()] * len(program.out_types))
-        nid = g.add(program.sig.id, program.out_types, ids, aux)
+        types = g.type
+        nid = len(types)        # graph.add inlined: the hot path
+        g.sig.append(program.sig.id)
+        types.extend(program.out_types)
+        g.aux.append(aux)
+        args = g.args
+        args.extend(ids)
+        g.arg_end.append(len(args))
         return program.make_futures(self, nid)
 
     def constant(self, value):

@@ -40,7 +40,7 @@ class Signature:
     """
 
     __slots__ = ("id", "op", "attrs", "codes", "in_shapes", "in_dtypes", "shared", "params",
-                 "node_positions", "out_shape", "out_dtype", "out_type", "batchable")
+                 "node_positions", "out_shape", "out_dtype", "out_type", "batchable", "aux_limit")
 
     def __init__(self, sid, op, attrs, codes):
         self.id = sid
@@ -68,6 +68,10 @@ class Signature:
         self.out_dtype = np.dtype(out_dtype)
         self.out_type = type_id(self.out_shape, self.out_dtype)
         self.batchable = op.batchable
+        # recording checks a node's integer inline against this bound (0 <= aux < n) and
+        # asks op.check_aux only outside it; -1 where the op has no such bound
+        limit = op.aux_limit(self) if op.uses_aux else None
+        self.aux_limit = -1 if limit is None else limit
 
     def describe(self):
         args = ", ".join(f"param#{p}{s}" if p is not None else f"{s}"

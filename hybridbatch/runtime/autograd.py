@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import NumericsError
-from .execute import operands, batch_aux, scatter_add, first_bad_row, raise_numerics
+from .execute import operands, scatter_add, first_bad_row, raise_numerics
 from ..kernels import blas
 from ..ops import ColumnGrad, OuterGrad, RowGrad
 from ..train.parameter import by_id
@@ -22,16 +22,19 @@ from ..record import signature
 
 
 @njit(cache=True)
-def _mark_ancestors(mark, read, start, arg_ptr, args, extra_output, sig, n_out, use_off, use):
+def _mark_ancestors(mark, read, start, arg_ptr, args, extra_output, sig, n_out, use_off, use, inside):
     """Propagate `mark` (global, by node id) from nodes of this flush to their operands.
     `read`: marked through a consumer other than one of its extra-output nodes, so that
     output 0 of a multi-output node is read (outputs j >= 1 are nodes of their own). A block
-    call marks only the inputs its reached outputs depend on (Program.input_use)."""
+    call marks only the inputs its reached outputs depend on (Program.input_use); an operand
+    its batch looks up inside (bit i of `inside`) is not reached through it."""
     for v in range(arg_ptr.shape[0] - 2, -1, -1):
         if mark[start + v]:
             off = use_off[sig[v]]
             k = arg_ptr[v + 1] - arg_ptr[v]
             for i in range(k):
+                if (inside[v] >> i) & 1:
+                    continue
                 if off >= 0 and not _input_used(read, mark, start + v, n_out[sig[v]], use, off, k, i):
                     continue
                 a = args[arg_ptr[v] + i]
@@ -218,7 +221,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
         if plan.start > seed_node:
             continue
         _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.view.sig,
-                        plan.sig_n_out, plan.use_off, plan.use)
+                        plan.sig_n_out, plan.use_off, plan.use, plan.inside)
         for b in range(plan.n_batches - 1, -1, -1):
             outs = plan.outs[b]
             nodes = plan.start + plan.batch_nodes(b)
@@ -243,7 +246,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             xs = None if op.saves else operands(plan, arenas, b, sig)   # saved: its own inputs
             ys = [arenas[a][s:s + size] for a, s in outs]
             gys = [grad_arena(a)[s:s + size] for a, s in outs]
-            aux = batch_aux(plan, b, op)
+            aux = plan.batch_aux(b, op)
             saved = plan.saved.get(b) if op.saves else None
             groups = _output_groups(op, nodes, live, mark, read)
             if groups is None:
@@ -276,7 +279,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                         accumulate_param(pid, gx)
                         continue
                     if numerics is not None:
-                        numerics.check(gx, f"operand {j}")     # counting shared parameters too
+                        numerics.check(gx, f"operand {plan.recorded_operand(b, j)}")   # shared parameters count
                     if rows is not None:
                         gx = _at_rows(gx, rows, size, xp)
                     grad_arena(gathers.arena[k])   # the spec's first arena; MIXED ones below

@@ -72,19 +72,6 @@ def operands(plan, arenas, b, sig):
     return xs
 
 
-def batch_aux(plan, b, op):
-    """The batch's integers: (B,) for one per node, (B, k) for ops taking k (block calls),
-    a ragged op's operand count per node."""
-    if op.ragged:
-        return plan.operand_counts(b)
-    if not op.uses_aux:
-        return None
-    aux = plan.aux[plan.batch_nodes(b)]
-    if op.aux_width == 1:
-        return aux
-    return plan.aux_flat[aux[:, None] + np.arange(op.aux_width)]
-
-
 def run_forward(plan, arenas, xp, origin=None):
     """Execute every batch of the plan. With `origin` (check_numerics), verify outputs."""
     with blas.packing():
@@ -97,7 +84,7 @@ def _run_batches(plan, arenas, xp, origin):
         sig = sigs[plan.batch_sig[b]]
         op = sig.op
         dsts = [arenas[a][s:s + size] for a, s in plan.outs[b]]
-        xs, aux = operands(plan, arenas, b, sig), batch_aux(plan, b, op)
+        xs, aux = operands(plan, arenas, b, sig), plan.batch_aux(b, op)
         y = op.forward(xp, sig, xs, aux, out=dsts) if op.writes_out else op.forward(xp, sig, xs, aux)
         if op.saves:
             y, plan.saved[b] = y
@@ -114,7 +101,7 @@ def _run_batches(plan, arenas, xp, origin):
 def _inside(plan, arenas, b, sig, row, xp):
     """For a block call's batch: where in the block's forward the bad row first went
     NaN/inf (its steps rerun one by one on that row), as text for the error."""
-    found = sig.op.locate_nonfinite(xp, sig, operands(plan, arenas, b, sig), batch_aux(plan, b, sig.op), row)
+    found = sig.op.locate_nonfinite(xp, sig, operands(plan, arenas, b, sig), plan.batch_aux(b, sig.op), row)
     return "" if found is None else f" (inside the block: first at {found[0]}, {found[1]})"
 
 
@@ -124,6 +111,8 @@ def first_bad_row(rows, xp):
 
 
 def raise_numerics(plan, b, sig, origin, what, row=0):
-    """NumericsError naming node `row` of batch b and the line that recorded it."""
+    """NumericsError naming node `row` of batch b, its signature as recorded (not as a looked-up
+    input made it run) and the line that recorded it."""
     nid = plan.start + int(plan.batch_nodes(b)[row])
-    raise NumericsError(f"{sig.op.name} {what} in node {nid} ({sig.describe()}), recorded at {origin[nid]}")
+    recorded = signature.SIGS[plan.recorded_sig(b)]
+    raise NumericsError(f"{sig.op.name} {what} in node {nid} ({recorded.describe()}), recorded at {origin[nid]}")

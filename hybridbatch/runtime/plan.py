@@ -12,6 +12,8 @@ import numpy as np
 from numba import njit
 
 from .layout import rows_by_next_reader
+from ..config import settings
+from ..ops.index import Lookup
 from ..ops.shape import Input, Output
 from .plan_cache import CACHE
 from ..schedule import GraphView, lower_bound
@@ -144,10 +146,11 @@ def _depths(earlier, start, arg_ptr, args, is_input, passes_on):
 
 
 @njit(cache=True)
-def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragged):
+def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragged, inside):
     """For each (batch, operand position): how to gather the operand rows of the batch. A
     batch of a ragged op (`ragged`, per node) has one position: every operand of its nodes,
-    node after node."""
+    node after node. Positions whose bit is set in `inside` (per node) are computed inside
+    the batch's kernel (a looked-up input) and gather nothing."""
     nb = bptr.shape[0] - 1
     g_ptr = np.zeros(nb + 1, np.int64)
     total = 0
@@ -158,7 +161,9 @@ def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragg
             for i in range(bptr[b], bptr[b + 1]):
                 total += arg_ptr[order[i] + 1] - arg_ptr[order[i]]
         else:
-            k = arg_ptr[v0 + 1] - arg_ptr[v0]
+            k = 0
+            for j in range(arg_ptr[v0 + 1] - arg_ptr[v0]):
+                k += not (inside[v0] >> j) & 1
             g_ptr[b + 1] = g_ptr[b] + k
             total += k * (bptr[b + 1] - bptr[b])
     ng = g_ptr[nb]
@@ -175,8 +180,12 @@ def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragg
                     operand[p] = args[e]
                     p += 1
             continue
-        for j in range(g_ptr[b + 1] - g_ptr[b]):
-            off[g_ptr[b] + j] = p
+        g = g_ptr[b]
+        for j in range(arg_ptr[order[lo] + 1] - arg_ptr[order[lo]]):
+            if (inside[order[lo]] >> j) & 1:
+                continue
+            off[g] = p
+            g += 1
             for i in range(lo, hi):
                 operand[p] = args[arg_ptr[order[i]] + j]
                 p += 1
@@ -203,6 +212,42 @@ def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragg
         start[g] = r0
         const[g] = all_const
     return g_ptr, kind, arena, start, off[:ng], np.diff(off), const, rows, row_arena
+
+
+@njit(cache=True)
+def _read_lookups(order, bptr, sig_local, arg_ptr, args_local, lookup, ragged):
+    """(batch, operand position, compact signature) wherever every node of a batch reads, at
+    that position, a node of this flush of one lookup signature (`lookup`, per compact
+    signature: a lookup of a shared table). Ragged batches have no positions."""
+    nb = bptr.shape[0] - 1
+    n = 0
+    for b in range(nb):
+        v0 = order[bptr[b]]
+        if not ragged[v0]:
+            n += arg_ptr[v0 + 1] - arg_ptr[v0]
+    found_b = np.empty(n, np.int64)
+    found_i = np.empty(n, np.int64)
+    found_s = np.empty(n, np.int64)
+    m = 0
+    for b in range(nb):
+        v0 = order[bptr[b]]
+        if ragged[v0]:
+            continue
+        for i in range(arg_ptr[v0 + 1] - arg_ptr[v0]):
+            u = args_local[arg_ptr[v0] + i]
+            if u < 0 or not lookup[sig_local[u]]:
+                continue
+            s = sig_local[u]
+            every = True
+            for k in range(bptr[b] + 1, bptr[b + 1]):
+                u = args_local[arg_ptr[order[k]] + i]
+                if u < 0 or sig_local[u] != s:
+                    every = False
+                    break
+            if every:
+                found_b[m], found_i[m], found_s[m] = b, i, s
+                m += 1
+    return found_b[:m], found_i[:m], found_s[:m]
 
 
 def _compact(ids, n_ids):
@@ -284,6 +329,7 @@ class Plan:
         self.view = GraphView(sig_local, depth, arg_ptr, args_local, executable,
                               np.array([not op.batchable for op in ops], np.bool_),
                               np.array([op.cost for op in ops], np.int64), type_keys(sigs))
+        xp = backend.xp()
         order, bptr, self.cache_hit = CACHE.schedule(policy, self.view, sig)
         order = rows_by_next_reader(order, bptr, self.view.arg_ptr, self.view.args)
         self.order, self.bptr = order, bptr
@@ -295,7 +341,6 @@ class Plan:
         type_local = sig_type[sig_local]
         rows, counts = _assign_rows(order, bptr, type_local, is_input, n_out, sig_local, len(utype))
         base = len(arenas)
-        xp = backend.xp()
         for t, count in zip(utype.tolist(), counts.tolist()):
             shape, dtype = signature.TYPES[t]
             arenas.append(memory.empty(xp, (count,) + shape, dtype))
@@ -319,10 +364,67 @@ class Plan:
         self.sizes = np.diff(bptr).tolist()
         self.saved = {}
         ragged = np.array([op.ragged for op in ops], np.bool_)[sig_local]
+        self.inside = np.zeros(len(sig_local), np.int64)   # per node: bit i, operand i looked up inside
+        self.folded = {}     # batch -> (its recorded signature, the operand looked up inside)
+        lookup = np.array([op is Lookup and s.shared[0] for op, s in zip(ops, sigs)], np.bool_)
+        if lookup.any() and settings.distinct_rows and xp is np:
+            self._look_up_inside(sigs, sig_local, lookup, ragged)
         first, kind, arena, first_row, off, size, const, rows, owners = _gather_specs(
-            order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view, ragged)
+            order, bptr, arg_ptr, args, loc_arena.view, loc_row.view, is_const.view, ragged, self.inside)
         self.gathers = Gathers(first.tolist(), kind.tolist(), arena.tolist(), first_row.tolist(), off.tolist(),
                                size.tolist(), const.tolist(), rows, owners)
+
+    def _look_up_inside(self, sigs, sig_local, lookup, ragged):
+        """Where every node of a batch reads a lookup of one table at one operand position and
+        the op can take the row's index instead (Op.with_input_looked_up: a block call whose
+        per-word part then runs once per distinct word), run the batch that way: its
+        signature, the lookups' rows as a last integer column, and no gather, no gradient
+        and no reach (autograd) through that operand. The lookup nodes still run, for any
+        other reader. At most one position a batch: a block keyed on one looked-up input is
+        not keyed on another."""
+        args_local = self.view.args
+        for b, i, s in zip(*(a.tolist() for a in _read_lookups(
+                self.order, self.bptr, sig_local, self.arg_ptr, args_local, lookup, ragged))):
+            if b in self.folded:
+                continue
+            recorded = signature.SIGS[self.batch_sig[b]]
+            sig = recorded.op.with_input_looked_up(recorded, i, sigs[s])
+            if sig is None:
+                continue
+            nodes = self.batch_nodes(b)
+            words = self.aux[args_local[self.arg_ptr[nodes] + i]]
+            if recorded.op.uses_aux:     # a new last column after the call's own integers
+                ints = np.column_stack([self.batch_aux(b, recorded.op), words])
+                self.aux[nodes] = len(self.aux_flat) + ints.shape[1] * np.arange(len(nodes))
+                self.aux_flat = np.concatenate([self.aux_flat, ints.ravel()])
+            else:
+                self.aux[nodes] = words
+            self.batch_sig[b] = sig.id
+            self.folded[b] = (recorded.id, i)
+            self.inside[nodes] |= 1 << i
+
+    def recorded_sig(self, b):
+        """Batch b's signature as its nodes were recorded (`batch_sig` holds the one it runs)."""
+        folded = self.folded.get(b)
+        return self.batch_sig[b] if folded is None else folded[0]
+
+    def recorded_operand(self, b, j):
+        """Operand j of batch b as it runs, numbered as recorded: an input looked up inside
+        moved the ones after it down."""
+        folded = self.folded.get(b)
+        return j if folded is None or j < folded[1] else j + 1
+
+    def batch_aux(self, b, op):
+        """Batch b's integers for `op`: (B,) for one per node, (B, k) for ops taking k (block
+        calls), a ragged op's operand count per node."""
+        if op.ragged:
+            return self.operand_counts(b)
+        if not op.uses_aux:
+            return None
+        aux = self.aux[self.batch_nodes(b)]
+        if op.aux_width == 1:
+            return aux
+        return self.aux_flat[aux[:, None] + np.arange(op.aux_width)]
 
     @property
     def n_batches(self):
