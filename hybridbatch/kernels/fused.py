@@ -147,7 +147,7 @@ def build_run(steps, n, used_later, biases=None, reading=None):
         if not op.fusable:      # a column range of a vector (_fusable): read in place
             value_of[slot] = operand(refs[0], None, op.columns(sig), sig.in_shapes[0][0])
             continue
-        t = f"t{slot}"
+        t = f"t{len(lines)}"      # by position, not slot: runs alike in any program share one kernel
         xs = [operand(r, p) for r, p in zip(refs, sig.params)]
         expr, derivs = op.scalar(sig.attrs, t, *xs)
         lines.append(f"{t} = {expr}")
