@@ -175,6 +175,7 @@ SCRIPT = textwrap.dedent("""
     from numba.core.registry import CPUDispatcher
     from hybridbatch.kernels.fused import compile_stats
     hb.set_fusion(True)
+    hb.settings.compile_in_background = False
     cell = hb.nn.LSTMCell(7, 3, seed=0); cell.hybridize()
     with hb.batching(granularity="block") as scope:
         h = c = np.zeros(7, np.float32)
@@ -464,7 +465,10 @@ def test_wide_vectors_stay_inside_fused_kernels(tmp_path):
         import collections, json, re
         import numpy as np
         from numba import njit
+        import hybridbatch as hb
         from test_fused import _tree_lstm_step
+
+        hb.settings.compile_in_background = False
 
         def widths(fn):
             return collections.Counter(re.findall(r"%([xyz]mm)\\d+", fn.inspect_asm(fn.signatures[0])))

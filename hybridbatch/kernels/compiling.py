@@ -1,0 +1,170 @@
+"""Fused kernels compiled in a worker process while training goes on, and notices of compiling.
+
+A fused kernel takes numba 0.2-1 s to compile, about 85% of it in numba's Python passes,
+which hold the GIL: compiled in a thread, kernels slowed a child-sum Tree-LSTM's training
+thread 1.6-2x for as long (48 -> 72-97 ms a step on 2 cores); compiled in another process,
+the step kept its time while a core was free (46-49 ms). So a block's runs whose kernels are
+not in numba's disk cache run unfused (numpy) while one worker process per training process
+(`serve`, started on the first such kernel) compiles them into that cache; the next batch
+after a kernel is done loads it (kernels/fused.py, `Kernels`).
+
+The worker imports hybridbatch from where this process did, and compiles with numba's
+configuration from the environment, which is where numba reads it: a compiled kernel lands
+in the cache this process loads from. When this process ends, the worker finishes the
+kernels it was given, then exits: a short run still leaves them cached for the next.
+
+Notices go to the logger "hybridbatch" at INFO: a block whose kernels start compiling, and
+the compiles being done. They print to stderr unless the application configured logging
+itself; `logging.getLogger("hybridbatch").setLevel(logging.WARNING)` silences them.
+"""
+import atexit
+import itertools
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+
+log = logging.getLogger("hybridbatch")
+
+
+class _UnlessConfigured(logging.StreamHandler):
+    """stderr for the package's notices while the application has no logging handler of its
+    own (one on the root logger gets them instead, by propagation)."""
+
+    def emit(self, record):
+        if not logging.getLogger().handlers:
+            super().emit(record)
+
+
+if not log.handlers:
+    _handler = _UnlessConfigured(sys.stderr)
+    _handler.setFormatter(logging.Formatter("hybridbatch: %(message)s"))
+    log.addHandler(_handler)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+
+
+class Job:
+    """One generated kernel module to compile: its file, the vector lanes to compile for
+    (None: LLVM's choice), and per kernel its function name, dtype and argument dimensions
+    (0: the row count). `done` is set when the worker has finished it; `error` then says why
+    it failed, or is None."""
+
+    def __init__(self, path, lanes, kernels):
+        self.path, self.lanes, self.kernels = str(path), lanes, kernels
+        self.done = threading.Event()
+        self.error = None
+
+    def finish(self, error=None):
+        self.error = error
+        self.done.set()
+
+
+class _Worker:
+    """The worker process and the jobs sent to it, answered in order by a reader thread."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.jobs = {}
+        self.ids = itertools.count()
+        self.lock = threading.Lock()
+        self.exited = False
+        self.started = None           # when the jobs now outstanding began, for the notice
+        self.finished = 0
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from hybridbatch.kernels.compiling import serve; serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+        atexit.register(self.close)
+        threading.Thread(target=self._replies, name="hybridbatch-kernel-compiles", daemon=True).start()
+
+    def submit(self, job):
+        with self.lock:
+            key = next(self.ids)
+            if not self.jobs:
+                self.started, self.finished = time.perf_counter(), 0
+            self.jobs[key] = job
+            try:
+                self.process.stdin.write(json.dumps({"id": key, "path": job.path, "lanes": job.lanes,
+                                                     "kernels": job.kernels}) + "\n")
+                self.process.stdin.flush()
+            except (OSError, ValueError) as e:     # the worker has exited (the reader fails its jobs)
+                self.jobs.pop(key)
+                job.finish(f"the compile worker is gone ({e})")
+
+    def _replies(self):
+        for line in self.process.stdout:
+            reply = json.loads(line)
+            with self.lock:
+                job = self.jobs.pop(reply["id"], None)
+                self.finished += 1
+                drained = not self.jobs
+                count, seconds = self.finished, time.perf_counter() - self.started
+            if job is not None:
+                job.finish(reply["error"])
+            if drained:
+                log.info("compiled %d fused kernel module%s in %.1f s; their blocks run fused from their next batch",
+                         count, "" if count == 1 else "s", seconds)
+        self.process.wait()
+        with self.lock:
+            self.exited = True
+            jobs, self.jobs = list(self.jobs.values()), {}
+        for job in jobs:
+            job.finish("the compile worker exited")
+
+    def close(self):
+        """No more jobs: the worker exits once it has compiled those it has."""
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+
+
+_worker = None
+_starting = threading.Lock()
+_broken = None        # why no worker can run here, once one has failed to start or died
+
+
+def submit(job):
+    """Have the worker process compile `job` (starting it on first use, and anew in a forked
+    child); `job.done` is set when it is done. Where no worker runs, the job finishes at once
+    with the reason as its error, and the caller compiles in process."""
+    global _worker, _broken
+    with _starting:
+        if _worker is not None and _worker.exited and _worker.pid == os.getpid():
+            _broken = "the compile worker exited"
+        if _broken is None and (_worker is None or _worker.pid != os.getpid()):
+            try:
+                _worker = _Worker()
+            except OSError as e:
+                _broken = f"cannot start a compile worker: {e}"
+        worker = _worker if _broken is None else None
+    if worker is None:
+        job.finish(_broken)
+    else:
+        worker.submit(job)
+    return job
+
+
+def serve():
+    """The worker: compile each job read from stdin into numba's disk cache, answer on stdout."""
+    replies = os.dup(1)
+    os.dup2(2, 1)                         # whatever compiling prints goes to stderr, not into the replies
+    log.setLevel(logging.WARNING)
+    from .fused import compile_module
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            compile_module(request["path"], request["lanes"], request["kernels"])
+            error = None
+        except Exception as e:            # noqa: BLE001 -- reported, and the process compiles it itself
+            error = f"{type(e).__name__}: {e}"
+        try:
+            os.write(replies, (json.dumps({"id": request["id"], "error": error}) + "\n").encode())
+        except OSError:                   # the process that asked has ended: compile the rest for the next one
+            pass
