@@ -264,3 +264,27 @@ def test_the_worker_process_compiles_into_the_cache_the_process_loads_from(tmp_p
     assert hits > 0 and compiled == 0
     assert "compiling 1 fused kernel module in the background" in out.stderr
     assert list(tmp_path.glob("__pycache__/fused_*.nbi"))
+
+
+def test_compiling_hybridbatchs_own_numba_functions_is_said_once(monkeypatch, caplog):
+    """numba's compile event (a cache load is not one) of a function of the package."""
+    from numba import njit
+
+    def first(x):
+        return x + 1
+
+    def second(x):
+        return x + 2
+
+    def elsewhere(x):
+        return x + 3
+
+    first.__module__ = second.__module__ = "hybridbatch.somewhere"
+    monkeypatch.setattr(compiling._CoreCompileNotice, "said", False)
+    with caplog.at_level(logging.INFO, logger="hybridbatch"):
+        njit(elsewhere)(1)
+        assert not caplog.records
+        njit(first)(1)
+        njit(second)(1)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "compiling hybridbatch's numba functions" in said[0]

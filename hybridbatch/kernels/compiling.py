@@ -13,9 +13,10 @@ configuration from the environment, which is where numba reads it: a compiled ke
 in the cache this process loads from. When this process ends, the worker finishes the
 kernels it was given, then exits: a short run still leaves them cached for the next.
 
-Notices go to the logger "hybridbatch" at INFO: a block whose kernels start compiling, and
-the compiles being done. They print to stderr unless the application configured logging
-itself; `logging.getLogger("hybridbatch").setLevel(logging.WARNING)` silences them.
+Notices go to the logger "hybridbatch" at INFO: a block whose kernels start compiling, the
+compiles being done, and hybridbatch's own numba functions compiling on a machine's first
+run (numba's event API tells a compile from a cache load). They print to stderr unless the
+application configured logging itself; setting that logger's level to WARNING silences them.
 """
 import atexit
 import itertools
@@ -27,17 +28,24 @@ import sys
 import threading
 import time
 
+from numba.core import event
+from tqdm import tqdm
 
 log = logging.getLogger("hybridbatch")
 
 
 class _UnlessConfigured(logging.StreamHandler):
     """stderr for the package's notices while the application has no logging handler of its
-    own (one on the root logger gets them instead, by propagation)."""
+    own (one on the root logger gets them instead, by propagation); written past any tqdm
+    progress bar on the terminal rather than into its line."""
 
     def emit(self, record):
-        if not logging.getLogger().handlers:
-            super().emit(record)
+        if logging.getLogger().handlers:
+            return
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:                 # noqa: BLE001 -- logging's own rule: report, never raise
+            self.handleError(record)
 
 
 if not log.handlers:
@@ -168,3 +176,25 @@ def serve():
             os.write(replies, (json.dumps({"id": request["id"], "error": error}) + "\n").encode())
         except OSError:                   # the process that asked has ended: compile the rest for the next one
             pass
+
+
+class _CoreCompileNotice(event.Listener):
+    """Says once per process that hybridbatch's own numba functions are compiling (not loading
+    from numba's cache): a machine's first run spends 15-45 s there, before the first batch."""
+
+    said = False
+
+    def on_start(self, ev):
+        if self.said:
+            return
+        module = getattr(ev.data["dispatcher"].py_func, "__module__", "") or ""
+        if module.startswith("hybridbatch."):
+            type(self).said = True
+            log.info("compiling hybridbatch's numba functions for this machine (first run only, 15-45 s; "
+                     "later runs load them from numba's cache)")
+
+    def on_end(self, ev):
+        pass
+
+
+event.register("numba:compile", _CoreCompileNotice())
