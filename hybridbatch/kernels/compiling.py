@@ -72,15 +72,20 @@ class Job:
         self.done.set()
 
 
+IDLE_SECONDS = 60      # a worker with nothing to compile for this long exits (it holds about 180 MB)
+
+
 class _Worker:
-    """The worker process and the jobs sent to it, answered in order by a reader thread."""
+    """The worker process and the jobs sent to it, answered in order by a reader thread.
+    `retired`: it was told to exit, idle, and takes no more jobs; `died`: it exited with jobs
+    outstanding (they fail)."""
 
     def __init__(self):
         self.pid = os.getpid()
         self.jobs = {}
         self.ids = itertools.count()
         self.lock = threading.Lock()
-        self.exited = False
+        self.retired = self.died = False
         self.started = None           # when the jobs now outstanding began, for the notice
         self.finished = 0
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -92,7 +97,10 @@ class _Worker:
         threading.Thread(target=self._replies, name="hybridbatch-kernel-compiles", daemon=True).start()
 
     def submit(self, job):
+        """Send `job`; False where this worker takes no more (retired or gone)."""
         with self.lock:
+            if self.retired or self.died:
+                return False
             key = next(self.ids)
             if not self.jobs:
                 self.started, self.finished = time.perf_counter(), 0
@@ -101,9 +109,10 @@ class _Worker:
                 self.process.stdin.write(json.dumps({"id": key, "path": job.path, "lanes": job.lanes,
                                                      "kernels": job.kernels}) + "\n")
                 self.process.stdin.flush()
-            except (OSError, ValueError) as e:     # the worker has exited (the reader fails its jobs)
+            except (OSError, ValueError):      # it has exited: the reader fails what is outstanding
                 self.jobs.pop(key)
-                job.finish(f"the compile worker is gone ({e})")
+                return False
+        return True
 
     def _replies(self):
         for line in self.process.stdout:
@@ -118,12 +127,22 @@ class _Worker:
             if drained:
                 log.info("compiled %d fused kernel module%s in %.1f s; their blocks run fused from their next batch",
                          count, "" if count == 1 else "s", seconds)
+                idle = threading.Timer(IDLE_SECONDS, self._retire_if_idle)
+                idle.daemon = True
+                idle.start()
         self.process.wait()
         with self.lock:
-            self.exited = True
             jobs, self.jobs = list(self.jobs.values()), {}
+            self.died = not self.retired
         for job in jobs:
             job.finish("the compile worker exited")
+
+    def _retire_if_idle(self):
+        with self.lock:
+            if self.jobs or self.retired:
+                return
+            self.retired = True
+        self.close()
 
     def close(self):
         """No more jobs: the worker exits once it has compiled those it has."""
@@ -135,27 +154,28 @@ class _Worker:
 
 _worker = None
 _starting = threading.Lock()
-_broken = None        # why no worker can run here, once one has failed to start or died
+_broken = None        # why no worker runs here: one failed to start, or died
 
 
 def submit(job):
-    """Have the worker process compile `job` (starting it on first use, and anew in a forked
-    child); `job.done` is set when it is done. Where no worker runs, the job finishes at once
-    with the reason as its error, and the caller compiles in process."""
+    """Have a worker process compile `job`, starting one where none takes jobs (the first
+    time, after an idle one retired, in a forked child); `job.done` is set when it is done.
+    Where no worker can run, the job finishes at once with the reason as its error, and the
+    caller compiles in process."""
     global _worker, _broken
     with _starting:
-        if _worker is not None and _worker.exited and _worker.pid == os.getpid():
-            _broken = "the compile worker exited"
-        if _broken is None and (_worker is None or _worker.pid != os.getpid()):
-            try:
-                _worker = _Worker()
-            except OSError as e:
-                _broken = f"cannot start a compile worker: {e}"
-        worker = _worker if _broken is None else None
-    if worker is None:
-        job.finish(_broken)
-    else:
-        worker.submit(job)
+        while _broken is None:
+            if _worker is None or _worker.retired or _worker.pid != os.getpid():
+                try:
+                    _worker = _Worker()
+                except OSError as e:
+                    _broken = f"cannot start a compile worker: {e}"
+                    break
+            if _worker.submit(job):
+                return job
+            if not _worker.retired:       # it exited with work to do
+                _broken = "the compile worker exited"
+    job.finish(_broken)
     return job
 
 
