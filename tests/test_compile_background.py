@@ -14,6 +14,7 @@ import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.kernels import compiling, fused
 from hybridbatch.kernels.fused import FusedRun
+from hybridbatch.nn.cells import TreeLSTMLeaf
 
 
 class Held:
@@ -209,6 +210,46 @@ def test_a_child_sum_cell_trains_alike_before_and_after_its_kernels_are_ready(he
     unfused = step(*model(), fusion=False)
     _agree(first, unfused)
     _agree(second, unfused)
+
+
+class WordLeaf(hb.HybridBlock):
+    """A Tree-LSTM leaf over a word's embedding: its whole program depends on the word
+    alone, so a batch runs it once per distinct word (hybrid/distinct.py)."""
+
+    def __init__(self):
+        super().__init__()
+        rng = np.random.default_rng(4)
+        self.emb = hb.Parameter("emb", (10, 4), rng=rng)
+        self.leaf = TreeLSTMLeaf(6, 4, rng)
+        self.leaf.bias.data[:] = rng.standard_normal(18)
+
+    def forward(self, word):
+        return self.leaf(hb.lookup(self.emb, word))
+
+
+def test_runs_shared_by_equal_words_go_unfused_alike(held):
+    def step(block, fusion=True):
+        params = [block.emb, block.leaf.weight, block.leaf.bias]
+        for p in params:
+            p.zero_grad()
+        with hb.settings(fusion=fusion), hb.batching(granularity="block"):
+            loss = hb.add_n([hb.sum(h * h) + hb.sum(c) for h, c in (block(w % 5) for w in range(32))])
+        loss.backward()
+        return loss.item(), [p.grad.copy() for p in params]
+
+    def model():
+        block = WordLeaf()
+        block.hybridize()
+        return block
+
+    block = model()
+    first = step(block)
+    op = next(iter(block._programs.values())).op
+    assert op.keyed_part(op.units(np)) is not None and not held.jobs[0].done.is_set()
+    held.finish()
+    unfused = step(model(), fusion=False)
+    _agree(first, unfused)
+    _agree(step(block), unfused)
 
 
 def test_a_failed_background_compile_compiles_in_process_and_warns(held, caplog):
