@@ -6,10 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench peers clean
 
+# The small W1 run after installing: numba compiles hybridbatch's functions and the demo's fused
+# kernels for this machine once (about 20 s, which it says), not in the demo's first minibatch.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,mkl,bench]'
+	$(PY) -m hybridbatch.bench W1 --instances 8 --warmup 0 --eager-instances 8 --eager-warmup 0 --repeats 1 \
+		--gemm-repeats 1 --no-check --no-progress > /dev/null
 	touch $(STAMP)
 
 # W1 Tree-LSTM on built-in synthetic SST trees, eager vs batched: the summary table (under a minute once set up)

@@ -96,6 +96,10 @@ DECLARED = {
     # Bytes of idle arena buffers each thread's pool keeps for reuse (runtime/memory.py);
     # lowering it keeps fewer from then on, it does not free what is pooled.
     "pool_limit": Setting(256 << 20, _count),
+    # A fused kernel that is not in numba's disk cache compiles in a worker process while
+    # its run's steps go on unfused (kernels/compiling.py): a new block's first batches do
+    # not wait seconds for it. Off: it compiles in the step that first needs it.
+    "compile_in_background": Setting(True, _flag),
 }
 
 

@@ -6,6 +6,14 @@ from hybridbatch.hybrid import distinct
 from helpers import needs_mkl
 
 
+@pytest.fixture(autouse=True)
+def compile_in_this_process():
+    """Fused kernels compile in the step that needs them, as the tests expect them fused; the
+    tests of background compiles (test_compile_background.py) turn it back on."""
+    with hb.settings(compile_in_background=False):
+        yield
+
+
 @pytest.fixture(params=["numpy", pytest.param("mkl", marks=needs_mkl), pytest.param("auto", marks=needs_mkl)])
 def library(request):
     """Each test on numpy's BLAS, and where MKL is loaded on MKL and on the automatic choice."""

@@ -55,6 +55,26 @@ def test_lstm_gate_math_fuses_into_one_run():
     assert len(runs[0].steps) >= 10 and sorted(runs[0].outputs) == sorted(program.outputs)
 
 
+def test_a_child_sum_cell_shares_its_kernels_across_arities():
+    """One trace per arity, but a run's kernel source does not depend on where its steps sit
+    in the program: every arity's gate runs use the same few kernels (a child-sum Tree-LSTM
+    with 0-10 children compiled 48 kernel pairs when temporaries were named by slot)."""
+    cell = nn.ChildSumTreeLSTMCell(8, 4, seed=0)
+    cell.hybridize()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(4).astype(np.float32)
+    with hb.batching(granularity="block"):
+        leaf = cell(x)
+        for arity in range(1, 5):
+            cell(x, *[v for _ in range(arity) for v in leaf])
+    kernels = {}
+    for program in cell._programs.values():
+        for run in program.op.units(np):
+            if isinstance(run, FusedRun):
+                kernels.setdefault(len(program.steps) > 10, set()).add(run.forward_kernel)
+    assert len(kernels[True]) == 3       # the i/o/u gates, one forget gate (once per child), the output
+
+
 class _TwiceOut(hb.HybridBlock):
     """(c, h, c): a fused run's two outputs, one returned twice."""
 
@@ -155,6 +175,7 @@ SCRIPT = textwrap.dedent("""
     from numba.core.registry import CPUDispatcher
     from hybridbatch.kernels.fused import compile_stats
     hb.set_fusion(True)
+    hb.settings.compile_in_background = False
     cell = hb.nn.LSTMCell(7, 3, seed=0); cell.hybridize()
     with hb.batching(granularity="block") as scope:
         h = c = np.zeros(7, np.float32)
@@ -444,7 +465,10 @@ def test_wide_vectors_stay_inside_fused_kernels(tmp_path):
         import collections, json, re
         import numpy as np
         from numba import njit
+        import hybridbatch as hb
         from test_fused import _tree_lstm_step
+
+        hb.settings.compile_in_background = False
 
         def widths(fn):
             return collections.Counter(re.findall(r"%([xyz]mm)\\d+", fn.inspect_asm(fn.signatures[0])))

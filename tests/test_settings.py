@@ -17,7 +17,10 @@ def _values():
 
 
 def test_defaults():
-    assert _values() == {name: s.default for name, s in config.DECLARED.items()} | {"blas": hb.blas_library()}
+    # the tests compile fused kernels in process (conftest.py)
+    assert _values() == {name: s.default for name, s in config.DECLARED.items()} | {
+        "blas": hb.blas_library(), "compile_in_background": False}
+    assert config.DECLARED["compile_in_background"].default is True
     assert repr(hb.settings).startswith("settings(fusion=True, distinct_rows=True")
 
 

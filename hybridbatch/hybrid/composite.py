@@ -3,13 +3,15 @@
 A batch of calls runs every step of the program on the stacked inputs (block granularity):
 the steps as `passes.lower` rewrote them (numpy, fusion on), the part that depends on one
 integer argument once per distinct value (distinct.py); backward walks the same units in
-reverse. The runtime asks the op, not the program, what it needs (Op.extra_out_sigs,
-input_use, owner_block, params_used, locate_nonfinite).
+reverse. A fused run whose kernels are still compiling runs its steps unfused, in forward
+and in that batch's backward. The runtime asks the op, not the program, what it needs
+(Op.extra_out_sigs, input_use, owner_block, params_used, locate_nonfinite).
 """
 import itertools
 
 import numpy as np
 
+from ..kernels import fused
 from ..kernels.fused import FusedRun
 from ..ops.registry import ColumnGrad, Op
 from ..ops.shape import Output
@@ -56,11 +58,14 @@ class Composite(Op):
         return [pid for step in self.program.steps for pid in step.sig.params if pid is not None]
 
     def units(self, xp):
-        """The program's steps as they run on `xp`: lowered (numpy backend, fusion on), once."""
+        """The program's steps as they run on `xp`: lowered (numpy backend, fusion on), once;
+        the fused runs' kernels then load or start compiling (kernels/fused.py, `Kernels`)."""
         if xp is not np or not settings.fusion:
             return self.program.steps
         if self._units is None:
-            self._units = lower(self.program.steps, self.program.outputs)
+            units = lower(self.program.steps, self.program.outputs)
+            fused.prepare(units, self.name)
+            self._units = units
         return self._units
 
     def keyed_part(self, units):
@@ -136,7 +141,7 @@ class Composite(Op):
         program = self.program
         vals = _Values([None] * program.n_slots)
         vals.units = units
-        vals.distinct = None
+        vals.distinct = vals.unfused = None
         vals[:program.n_inputs] = xs
         for slot, value in program.consts:
             vals[slot] = xp.broadcast_to(value, (size,) + value.shape)
@@ -167,11 +172,35 @@ class Composite(Op):
         return [np.ascontiguousarray(vals[key]) if kind == "slot" else by_id(key).data for kind, key in run.inputs]
 
     def _forward_fused(self, xp, run, vals, size, into=None):
+        if not (run.kernels.ready or run.kernels.available()):
+            self._forward_unfused(xp, run, vals, size)
+            return
         outs = [xp.empty((size, run.n), run.dtype) if not into or slot not in into else into[slot]
                 for slot in run.outputs]
         run.forward_kernel(size, *self._fused_inputs(run, vals), *outs)
         for slot, out in zip(run.outputs, outs):
             vals[slot] = out
+
+    def _forward_unfused(self, xp, run, vals, size):
+        """A run's steps one by one, its kernels still compiling; its backward in this batch
+        then runs them one by one too (`vals.unfused`)."""
+        local = self._run_inputs(run, vals)
+        for step in run.steps:
+            self._step(xp, step, local, None, size)
+        for slot in run.outputs:
+            vals[slot] = local[slot]
+        if vals.unfused is None:
+            vals.unfused = set()
+        vals.unfused.add(run)
+
+    @staticmethod
+    def _run_inputs(run, vals):
+        """The slot values a run's steps read: vals, with the bias that the run adds where it
+        reads a product (`fused.plan_units`) added."""
+        local = _Values(vals)
+        for slot, pid in run.biases.items():
+            local[slot] = vals[slot] + by_id(pid).data
+        return local
 
     # -- backward -----------------------------------------------------------------------
     def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):
@@ -188,6 +217,7 @@ class Composite(Op):
             self._backward_units(xp, distinct.part.rest, vals, grads, wanted, aux)
             distinct.sum_back(grads)
             key_vals = _Values(vals)
+            key_vals.unfused = vals.unfused
             for s, v in distinct.values.items():
                 key_vals[s] = v
             with rows_named_by(distinct.first):     # keys are numbered in first-call order
@@ -213,7 +243,11 @@ class Composite(Op):
             return
         size = given[0].shape[0]
         read = tuple(g is not None for g in gys)
-        kernel, reached = (run.backward_kernel, run.reached) if all(read) else run.backward_reading(read)
+        use = run if all(read) else run.backward_reading(read)
+        if (vals.unfused is not None and run in vals.unfused) or not (use.kernels.ready or use.kernels.available()):
+            self._backward_unfused(xp, run, vals, grads, wanted, size)
+            return
+        kernel, reached = use.backward_kernel, use.reached
         gys = [xp.ascontiguousarray(given[0] if g is None else g) for g in gys]   # None's is never read
         ins = self._fused_inputs(run, vals)
         gins = [(xp.empty if once else xp.zeros)(x.shape, x.dtype) for x, once in zip(ins, run.write_once)]
@@ -225,6 +259,29 @@ class Composite(Op):
                 accumulate_param(key, g)
             elif key in wanted:
                 grads.add(key, g)
+
+    def _backward_unfused(self, xp, run, vals, grads, wanted, size):
+        """A run's backward step by step: its forward values recomputed from its inputs (as
+        its kernel does), its steps differentiated as unfused ones, each input's gradient
+        (and a bias's, summed over rows) added where the kernel would add it."""
+        local = self._run_inputs(run, vals)
+        for step in run.steps:
+            self._step(xp, step, local, None, size)
+        inner = _Grads(len(vals))
+        for slot in run.outputs:
+            if grads[slot] is not None:
+                inner.add(slot, grads[slot])
+        self._backward_units(xp, run.steps, local, inner, wanted, None)
+        for kind, slot in run.inputs:
+            g = inner[slot] if kind == "slot" else None
+            if g is None:
+                continue
+            if g.__class__ is ColumnGrad:
+                g = g.dense()
+            if slot in run.biases:
+                accumulate_param(run.biases[slot], g.sum(axis=0))
+            if slot in wanted:
+                grads.add(slot, g)
 
     def _backward_units(self, xp, units, vals, grads, wanted, ints):
         n_inputs = self.program.n_inputs
@@ -269,7 +326,7 @@ class Composite(Op):
             distinct, used = distinct.rows(live)
             inner = distinct.part.inner
         rows = _Values(v if v is None else v[used] if i in inner else v[live] for i, v in enumerate(saved))
-        rows.units, rows.distinct = saved.units, distinct
+        rows.units, rows.distinct, rows.unfused = saved.units, distinct, saved.unfused
         return rows
 
 
@@ -277,9 +334,10 @@ class _Values(list):
     """A program's slot values from one forward, with the units that computed them: backward
     follows the same plan (a fused run leaves its inner slots empty, and a bias folded into
     a run is missing from its affine's slot). distinct: the batch's Distinct where its keyed
-    part ran once per key (its inner slots then hold one row per key), else None."""
+    part ran once per key (its inner slots then hold one row per key), else None. unfused:
+    the fused runs that ran step by step, their kernels still compiling, or None."""
 
-    __slots__ = ("units", "distinct")
+    __slots__ = ("units", "distinct", "unfused")
 
 
 class _Grads:

@@ -13,15 +13,25 @@ together, so it needs no table of ops.
 Kernels are generated as Python source, written once into the kernel cache directory
 (HYBRIDBATCH_CACHE_DIR, default ~/.cache/hybridbatch/kernels) under the hash of their source,
 and compiled with numba's `cache=True`: a second process loads the machine code instead of
-compiling it.
+compiling it. A kernel not in that cache compiles in a worker process while its run's steps
+go on unfused (`Kernels`, compiling.py), or at once with `hb.settings.compile_in_background`
+off.
 """
 import hashlib
 import importlib.util
 import os
 import pathlib
 import sys
+import threading
 
+import numpy as np
+from numba import types
+from numba.core.compiler_lock import global_compiler_lock
+from numba.np.numpy_support import from_dtype
+
+from ..config import settings
 from ..record import signature
+from . import compiling
 from .vector_width import WIDE_VECTORS, compiled_wide
 
 
@@ -75,30 +85,34 @@ class FusedRun:
     materialize, each (B, n); write_once: per argument, whether the backward assigns every
     element of its gradient (so the gradient array need not be zeroed first) instead of
     adding into it. reached: per argument, whether the outputs backward gets gradients for
-    depend on it. spec: build_run's arguments, for the backward kernels of fewer outputs.
+    depend on it. biases: {input slot: pid} of the slots the run reads with a bias added.
+    kernels: its compiled kernels, or their state (`Kernels`). spec: build_run's arguments,
+    for the backward kernels of fewer outputs.
     """
 
-    def __init__(self, n, dtype, inputs, outputs, write_once, reached, source, spec, lanes=None):
+    def __init__(self, n, dtype, inputs, outputs, write_once, reached, biases, kernels, spec):
         self.n = n
         self.dtype = dtype
         self.inputs = inputs
         self.outputs = outputs
         self.write_once = write_once
         self.reached = reached
-        self.forward_kernel, self.backward_kernel = _load(source, lanes)
+        self.biases = biases
+        self.kernels = kernels
+        self.forward_kernel, self.backward_kernel = kernels.forward, kernels.backward
         self._spec = spec
         self._reading = {}
 
     def backward_reading(self, read):
-        """(kernel, reached) for gradients of only the outputs flagged in `read`: the kernel
-        takes the same arguments (the others' gradients are never read) and leaves their
-        terms out rather than multiplying them by a zero gradient (0 times log's derivative
-        at 0 is NaN); an argument no read output depends on gets no gradient (None), so
-        the steps that made it are not differentiated either."""
+        """The run whose backward kernel takes gradients of only the outputs flagged in `read`
+        (its `backward_kernel`, `reached`, `kernels`): the kernel takes the same arguments (the
+        others' gradients are never read) and leaves their terms out rather than multiplying
+        them by a zero gradient (0 times log's derivative at 0 is NaN); an argument no read
+        output depends on gets no gradient (None), so the steps that made it are not
+        differentiated either."""
         found = self._reading.get(read)
         if found is None:
-            run = build_run(*self._spec, reading=read)
-            found = self._reading[read] = run.backward_kernel, run.reached
+            found = self._reading[read] = build_run(*self._spec, reading=read)
         return found
 
 
@@ -147,7 +161,7 @@ def build_run(steps, n, used_later, biases=None, reading=None):
         if not op.fusable:      # a column range of a vector (_fusable): read in place
             value_of[slot] = operand(refs[0], None, op.columns(sig), sig.in_shapes[0][0])
             continue
-        t = f"t{slot}"
+        t = f"t{len(lines)}"      # by position, not slot: runs alike in any program share one kernel
         xs = [operand(r, p) for r, p in zip(refs, sig.params)]
         expr, derivs = op.scalar(sig.attrs, t, *xs)
         lines.append(f"{t} = {expr}")
@@ -201,8 +215,14 @@ def build_run(steps, n, used_later, biases=None, reading=None):
     # the lane count is part of the source, so a kernel compiled (and cached) for another has another file
     header = _HEADER.format(dtype=dtype.name) + f"# vector lanes: {lanes or 'LLVM default'}\n"
     source = "\n".join([header, _TANH, "", _JIT] + fwd + ["", "", _JIT] + bwd) + "\n"
-    return FusedRun(n, dtype, inputs, outputs, once, tuple(reached_args), source, (steps, n, used_later, biases),
-                    lanes)
+    ins = [2 if kind == "slot" else 1 for kind, _ in inputs]       # arrays' dimensions; 0: the row count B
+    outs = [2] * len(outputs)
+    called = {"backward": [0] + ins + outs + ins}
+    if reading is None:          # a run of fewer read outputs only lends its backward
+        called["forward"] = [0] + ins + outs
+    read_biased = {k: pid for k, pid in biases.items() if ("slot", k) in input_index}
+    return FusedRun(n, dtype, inputs, outputs, once, tuple(reached_args), read_biased,
+                    _load(source, lanes, dtype.name, called), (steps, n, used_later, biases))
 
 
 def _write_once(inputs, leaves, widths, n):
@@ -216,21 +236,113 @@ def _write_once(inputs, leaves, widths, n):
                  for k, (kind, _) in enumerate(inputs))
 
 
-_loaded = {}
+_loaded = {}      # source hash -> Kernels
+_loading = threading.Lock()
 
 
-def _load(source, lanes=None):
-    """Write the kernel module once under its source hash and import it (numba caches beside
-    it); its kernels compile with `lanes`-wide vectors when given."""
+class Kernels:
+    """The kernels of one generated module (shared by every run with its source), and
+    whether they run without compiling: `ready` once every kernel it calls is compiled in
+    this process.
+
+    called: {function name: argument dimensions} of the kernels a run calls (0: the row
+    count B, else a C-ordered array of the run's dtype), as the Composite op calls them.
+    Until ready, the op runs the steps unfused; `start` loads the kernels from numba's disk
+    cache where they are there (milliseconds), else compiles them now or, with
+    settings.compile_in_background, has the worker process compile them (compiling.py),
+    and `available` loads them once it has.
+    """
+
+    def __init__(self, path, module, lanes, dtype, called):
+        self.path, self.lanes, self.dtype, self.called = path, lanes, dtype, called
+        self.forward, self.backward = module.forward, module.backward
+        self.ready = False
+        self.job = None
+
+    def start(self):
+        """Load or compile the kernels, or start compiling them in the background: True when
+        this call handed them to the worker."""
+        with _loading:
+            if self.ready or self.job is not None:
+                return False
+            if all(_load_cached(getattr(self, name), self._types(name)) for name in self.called):
+                self.ready = True
+                return False
+            if not settings.compile_in_background:
+                self._compile()
+                return False
+            self.job = compiling.submit(compiling.Job(self.path, self.lanes, [
+                [name, self.dtype, dims] for name, dims in self.called.items()]))
+            return True
+
+    def available(self):
+        """Whether the kernels can run now: they are ready, or the worker has compiled them
+        and this call loads them (or compiles them here, where it failed)."""
+        if self.ready:
+            return True
+        if self.job is None:
+            self.start()
+            return self.ready
+        if not self.job.done.is_set():
+            return False
+        with _loading:
+            if not self.ready:
+                if self.job.error is not None:
+                    compiling.log.warning("compiling fused kernels in the background failed (%s); compiling "
+                                          "them in this process", self.job.error)
+                self._compile()
+        return True
+
+    def _compile(self):
+        """Compile (or load, where the worker put them in the cache) every kernel runs call."""
+        for name in self.called:
+            getattr(self, name).compile(self._types(name))
+        self.ready = True
+
+    def _types(self, name):
+        return arg_types(self.dtype, self.called[name])
+
+
+def arg_types(dtype, dims):
+    """numba's argument types for a kernel's arguments of these dimensions (see Kernels)."""
+    scalar = from_dtype(np.dtype(dtype))
+    return tuple(types.int64 if d == 0 else types.Array(scalar, d, "C") for d in dims)
+
+
+def _load_cached(kernel, sig):
+    """Whether `kernel` now runs for `sig` without compiling: compiled already, or loaded here
+    from numba's disk cache (not compiled on a miss)."""
+    if sig in kernel.overloads:
+        return True
+    cache = getattr(kernel, "_cache", None)
+    with global_compiler_lock:
+        if cache is None or cache.load_overload(sig, kernel.targetctx) is None:
+            return False
+    kernel.compile(sig)          # a cache hit now, registered as numba's own
+    return True
+
+
+def _load(source, lanes, dtype, called):
+    """The Kernels of this source: its module written once under its source hash and
+    imported (numba caches beside it), compiling nothing yet."""
     digest = hashlib.sha1(source.encode()).hexdigest()[:16]
-    if digest in _loaded:
-        return _loaded[digest]
+    found = _loaded.get(digest)
+    if found is not None:
+        return found
     path = cache_dir() / f"fused_{digest}.py"
     if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_text(source)
         os.replace(tmp, path)     # atomic: concurrent processes never import half a file
-    name = f"hybridbatch_fused_{digest}"
+    with _loading:
+        if digest not in _loaded:
+            _loaded[digest] = Kernels(path, _import(path, lanes), lanes, dtype, called)
+    return _loaded[digest]
+
+
+def _import(path, lanes):
+    """The kernel module at `path`; its kernels compile with `lanes`-wide vectors when given."""
+    name = f"hybridbatch_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -238,18 +350,35 @@ def _load(source, lanes=None):
     if lanes:
         compiled_wide(module.forward, lanes)
         compiled_wide(module.backward, lanes)
-    _loaded[digest] = (module.forward, module.backward)
-    return _loaded[digest]
+    return module
+
+
+def compile_module(path, lanes, kernels):
+    """The worker's job (compiling.serve): compile the module's kernels into numba's disk cache.
+    kernels: [function name, dtype, argument dimensions] each."""
+    module = _import(pathlib.Path(path), lanes)
+    for name, dtype, dims in kernels:
+        getattr(module, name).compile(arg_types(dtype, dims))
 
 
 def compile_stats():
     """(cache hits, compilations) over every fused kernel this process has used."""
     hits = misses = 0
-    for fns in _loaded.values():
-        for fn in fns:
+    for kernels in list(_loaded.values()):
+        for fn in (kernels.forward, kernels.backward):
             hits += sum(fn.stats.cache_hits.values())
             misses += sum(fn.stats.cache_misses.values())
     return hits, misses
+
+
+def prepare(units, block):
+    """Load the fused runs' kernels among `units`, or start compiling them; say so once for
+    `block` (its name) when some go to the worker."""
+    started = sum(unit.kernels.start() for unit in units if isinstance(unit, FusedRun))
+    if started:
+        compiling.log.info("%s: compiling %d fused kernel module%s in the background (first use on this "
+                           "machine); its batches run unfused until they are ready",
+                           block, started, "" if started == 1 else "s")
 
 
 def _fusable(step, n, produced):
