@@ -87,7 +87,7 @@ def _reference(fusion, **record):
         return _step(Steps(), **record)
 
 
-def _agree(got, expected):
+def _assert_agree(got, expected):
     assert got[0] == pytest.approx(expected[0], rel=1e-5)
     for a, b in zip(got[1], expected[1]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
@@ -104,8 +104,8 @@ def test_while_kernels_compile_the_runs_go_on_unfused_with_the_same_numbers(held
     got = _step(model)
     assert held.jobs and not any(job.done.is_set() for job in held.jobs)
     assert model.runs() and not any(run.kernels.ready for run in model.runs())
-    _agree(got, _reference(False))
-    _agree(got, _reference(True))
+    _assert_agree(got, _reference(False))
+    _assert_agree(got, _reference(True))
 
 
 def test_once_compiled_the_next_batch_runs_the_kernels(held):
@@ -119,7 +119,7 @@ def test_once_compiled_the_next_batch_runs_the_kernels(held):
     got = _step(model)
     assert "forward_kernel" in calls and "backward_kernel" in calls
     assert all(run.kernels.ready for run in model.runs())
-    _agree(got, _reference(True))
+    _assert_agree(got, _reference(True))
 
 
 def test_a_batch_whose_kernels_became_ready_after_its_forward_differentiates_unfused(held):
@@ -136,7 +136,7 @@ def test_a_batch_whose_kernels_became_ready_after_its_forward_differentiates_unf
         _calls(run, "backward_kernel", calls)
     loss.backward()
     assert calls == []
-    _agree((loss.item(), model.grads()), _reference(False))
+    _assert_agree((loss.item(), model.grads()), _reference(False))
 
 
 class TwoHeads(hb.HybridBlock):
@@ -178,9 +178,9 @@ def test_a_backward_of_fewer_outputs_goes_unfused_while_its_kernel_compiles(held
     plain = TwoHeads()
     plain.hybridize()
     unfused = _first_head_step(plain, fusion=False)
-    _agree(got, unfused)
+    _assert_agree(got, unfused)
     held.finish()
-    _agree(_first_head_step(block), unfused)  # and with that kernel
+    _assert_agree(_first_head_step(block), unfused)  # and with that kernel
 
 
 def test_a_child_sum_cell_trains_alike_before_and_after_its_kernels_are_ready(held):
@@ -208,8 +208,8 @@ def test_a_child_sum_cell_trains_alike_before_and_after_its_kernels_are_ready(he
     held.finish()
     second = step(cell, head)
     unfused = step(*model(), fusion=False)
-    _agree(first, unfused)
-    _agree(second, unfused)
+    _assert_agree(first, unfused)
+    _assert_agree(second, unfused)
 
 
 class WordLeaf(hb.HybridBlock):
@@ -248,8 +248,8 @@ def test_runs_shared_by_equal_words_go_unfused_alike(held):
     assert op.keyed_part(op.units(np)) is not None and not held.jobs[0].done.is_set()
     held.finish()
     unfused = step(model(), fusion=False)
-    _agree(first, unfused)
-    _agree(step(block), unfused)
+    _assert_agree(first, unfused)
+    _assert_agree(step(block), unfused)
 
 
 def test_a_failed_background_compile_compiles_in_process_and_warns(held, caplog):
@@ -260,7 +260,7 @@ def test_a_failed_background_compile_compiles_in_process_and_warns(held, caplog)
         got = _step(model)
     assert all(run.kernels.ready for run in model.runs())
     assert "it broke" in caplog.text
-    _agree(got, _reference(True))
+    _assert_agree(got, _reference(True))
 
 
 def test_a_block_says_once_that_its_kernels_compile_and_nothing_once_they_are_cached(held, caplog):
