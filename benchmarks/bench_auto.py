@@ -6,8 +6,8 @@ Each instance is a sentence read twice:
 - a wide combiner (1024) over a random n-ary tree of its words: each internal node sums 1-5
   children and applies one wide layer. As whole blocks its calls split by arity into small
   batches of an expensive GEMM; inlined, the GEMMs of all arities at a level batch together.
-`auto` records the first minibatch whole, then inlines the combiner only (see
-hybridbatch/granularity.py). Reports seconds per minibatch (record + schedule + execute +
+`auto` measures the combiner whole and inlined over its first minibatches and keeps the
+cheaper (hybridbatch/hybrid/granularity.py); the LSTM batches well whole and is never tried. Reports seconds per minibatch (record + schedule + execute +
 backward), median of --repeats after two warm-up runs.
 
     python benchmarks/bench_auto.py [--batch 32] [--json out.json]
@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch import nn  # noqa: E402
+from hybridbatch.hybrid.granularity import WHOLE_SAMPLES  # noqa: E402
 
 
 def random_tree(rng, words):
@@ -96,8 +97,8 @@ def main():
     model.hybridize()
     result = {"batch": args.batch, "small": args.small, "wide": args.wide}
     for granularity in ("block", "op", "auto"):
-        for _ in range(2):
-            run(model, data, granularity)       # traces, caches, and auto's decision
+        for _ in range(WHOLE_SAMPLES + 1):
+            run(model, data, granularity)       # traces, caches, and auto's measurements of both modes
         runs = [run(model, data, granularity) for _ in range(args.repeats)]
         s = runs[0][1]
         result[granularity] = {"seconds": statistics.median(r[0] for r in runs), "nodes": s.nodes,

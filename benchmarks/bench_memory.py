@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import hybridbatch as hb                                  # noqa: E402
 from hybridbatch.train import parameter as _parameter
 from hybridbatch.record import signature as _signature   # noqa: E402
+from hybridbatch.schedule import DEFAULT_POLICY             # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -48,7 +49,7 @@ def main(argv=None):
     ap.add_argument("--checkpoints", default="100,1000,5000,10000")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")
     ap.add_argument("--max-growth-mb", type=float, default=20.0)
-    ap.add_argument("--policy", default="tail-last")
+    ap.add_argument("--policy", default=DEFAULT_POLICY)
     args = ap.parse_args(argv)
     checkpoints = sorted({int(c) for c in args.checkpoints.split(",") if int(c) <= args.steps} | {args.steps})
 

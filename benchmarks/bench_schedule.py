@@ -7,7 +7,7 @@ Prints one JSON object. Every timing is the median of `--repeat` calls after one
 call (so numba compilation or cache loading is not counted); a policy's `vs_agenda` is the
 median over rounds of its time over agenda's in the same round, the policies taking turns,
 so the host's drift cancels. One thread, as in docs/workloads.md. Target: scheduling 100k
-nodes in < 50 ms. Recording and Plan construction use the default policy, tail-last.
+nodes in < 50 ms. Recording and Plan construction use the default policy.
 """
 import os
 
@@ -190,7 +190,7 @@ def plan_ms(scope, repeat):
     def build():
         graph.constants = dict(constants)
         last.update(arenas=[], loc_arena=Growable(np.int64), loc_row=Growable(np.int64), is_const=Growable(np.bool_))
-        return Plan(graph, 0, tail_last, last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"])
+        return Plan(graph, 0, scope.policy, last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"])
 
     ms, plan = timed(build, repeat)
     assert plan.n_batches == p0.n_batches and (plan.order == p0.order).all()
@@ -200,10 +200,10 @@ def plan_ms(scope, repeat):
     arenas, loc_arena, loc_row, is_const = last["arenas"], last["loc_arena"], last["loc_row"], last["is_const"]
     stages = {
         "graph_delta": lambda: _nodes(graph.delta(0), 0),
-        "schedule_cache_lookup": lambda: CACHE.schedule(tail_last, plan.view, sig),
+        "schedule_cache_lookup": lambda: CACHE.schedule(scope.policy, plan.view, sig),
         "write_constants": lambda: _write_constants(constants, 0, arenas, 0, loc_arena.view, loc_row.view),
         "gather_specs": lambda: _gather_specs(plan.order, plan.bptr, arg_ptr, args, loc_arena.view,
-                                              loc_row.view, is_const.view, ragged),
+                                              loc_row.view, is_const.view, ragged, plan.inside),
     }
     # each repeat times a whole build and then every stage, so "other" (the build minus
     # its stages, per repeat) compares timings taken under the same machine load

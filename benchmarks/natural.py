@@ -8,7 +8,7 @@ process, pinned to one core (`taskset -c`, where it exists) with one thread. Eac
 in groups whose order flips from round to round:
 
 - W1 (the tuned model, its block granularity) and W1-NATURAL (the plain formulation,
-  `hybridbatch_workloads/models/natural.py`, at --granularity);
+  `hybridbatch_workloads/models/natural.py`, at --granularity: hb.batching's default);
 - W2 and W2-NATURAL, and with --peer the PyTorch tagger (`benchmarks/peers/pytorch_tagger.py`,
   from benchmarks/peers/.venv: `make peers`) on the same sentences;
 - CHILDSUM at block granularity (with its eager run), op and auto.
@@ -16,8 +16,8 @@ in groups whose order flips from round to round:
 The shared machine drifts, so ratios are taken between runs of one round and the report gives
 the median of the per-round ratios, beside each run's median throughput. After the rounds,
 one run per natural model under every other policy of {--policy, hb.batching's default,
-critical-path} counts batches against ED-Batch's lower bound (the rounds count them under
---policy). With --cold, CHILDSUM's compile latency: `python -m hybridbatch.bench CHILDSUM
+tail-last} counts batches against ED-Batch's lower bound (the rounds count them under
+--policy). With --cold, CHILDSUM's compile latency at --granularity: `python -m hybridbatch.bench CHILDSUM
 --cold` with HYBRIDBATCH_CACHE_DIR and NUMBA_CACHE_DIR in fresh folders (every numba function
 and fused kernel compiles), then again with the folders it filled (a new process, caches warm);
 each process's first --cold-instances against its later passes (which may still compile for
@@ -43,6 +43,12 @@ PEER = os.path.join(ROOT, "benchmarks", "peers", "pytorch_tagger.py")
 PEER_PYTHON = os.path.join(ROOT, "benchmarks", "peers", ".venv", "bin", "python")
 CHILDSUM_GRANULARITIES = ("block", "op", "auto")
 COUNTED = ("W1-NATURAL", "W2-NATURAL", "CHILDSUM")
+
+
+def default_granularity():
+    """The granularity `hb.batching()` uses when it is given none."""
+    from hybridbatch.record.scope import batching
+    return inspect.signature(batching).parameters["granularity"].default
 
 
 def default_policy():
@@ -139,7 +145,7 @@ def _cold(args, tmp):
     for key in ("empty_cache", "warm_cache"):
         cold_args = argparse.Namespace(**{**vars(args), "instances": args.cold_instances})
         out[key] = _bench(cold_args, "CHILDSUM", os.path.join(tmp, "cold.json"), args.policy,
-                          granularity="block", extra=("--cold",), env=caches)
+                          granularity=args.granularity, extra=("--cold",), env=caches)
     e, w = out["empty_cache"], out["warm_cache"]
     out["compile_seconds_estimate"] = ((e["cold"]["seconds"] + e["next"]["seconds"])
                                        - (w["cold"]["seconds"] + w["next"]["seconds"]))
@@ -154,7 +160,7 @@ def run(args):
         if args.peer:
             sentences = os.path.join(tmp, "sentences.json")
             _write_sentences(args, sentences)
-        others = [p for p in dict.fromkeys([args.policy, args.default_policy, "critical-path"]) if p != args.policy]
+        others = [p for p in dict.fromkeys([args.policy, args.default_policy, "tail-last"]) if p != args.policy]
         total = args.rounds * sum(map(len, groups)) + len(others) * len(COUNTED) + 2 * args.cold
         bar = tqdm(total=total, desc="natural", unit="run", file=sys.stderr, dynamic_ncols=True, leave=False)
         runs = {label: [] for group in groups for label, _ in group}
@@ -233,7 +239,7 @@ def format_report(rep):
                          f"{c['throughput']['infer']:.1f} inst/s")
     cold = rep.get("cold_start")
     if cold:
-        lines += ["", f"CHILDSUM compile latency (training, block, first {cfg['cold_instances']} instances of a process)"]
+        lines += ["", f"CHILDSUM compile latency (training, {cfg['granularity']}, first {cfg['cold_instances']} instances of a process)"]
         for key, name in (("empty_cache", "empty caches"), ("warm_cache", "caches filled")):
             c = cold[key]
             lines.append(f"  {name:<14} first {c['cold']['throughput']:8.1f} inst/s (first minibatch "
@@ -256,8 +262,8 @@ def main(argv=None):
     ap.add_argument("--eager-instances", type=int, default=128, help="CHILDSUM's eager run (128)")
     ap.add_argument("--data", metavar="DIR", help="folder holding sst/ and ud_english_ewt/ (synthetic data otherwise)")
     ap.add_argument("--policy", default=None, help="scheduling policy of the timed runs (hb.batching's default)")
-    ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block",
-                    help="granularity of W1-NATURAL and W2-NATURAL (block, as the tuned W1 and W2)")
+    ap.add_argument("--granularity", choices=("block", "op", "auto"), default=None,
+                    help="granularity of W1-NATURAL, W2-NATURAL and the cold start (hb.batching's default)")
     ap.add_argument("--cold", action="store_true", help="also CHILDSUM's compile latency with empty caches")
     ap.add_argument("--cold-instances", type=int, default=512)
     ap.add_argument("--peer", action="store_true", help="also the PyTorch tagger (make peers)")
@@ -271,6 +277,7 @@ def main(argv=None):
         ap.error(f"--peer needs the peers' venv ({args.peer_python}): run `make peers`")
     args.default_policy = default_policy()
     args.policy = args.policy or args.default_policy
+    args.granularity = args.granularity or default_granularity()
     rep = run(args)
     print(format_report(rep))
     if args.json:

@@ -15,14 +15,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import hybridbatch as hb  # noqa: E402
 from hybridbatch_workloads.cli_args import policy_arg  # noqa: E402
 from hybridbatch_workloads.data import DataFormatError  # noqa: E402
-from hybridbatch.schedule import POLICIES  # noqa: E402
+from hybridbatch.schedule import DEFAULT_POLICY, POLICIES  # noqa: E402
 
 
 def add_batching_args(ap):
     """--mode, --policy and --granularity, the same in every training example."""
     ap.add_argument("--mode", choices=("batched", "eager"), default="batched")
-    ap.add_argument("--policy", type=policy_arg, default="tail-last",
-                    help=f"{', '.join(sorted(POLICIES))}, or a saved FSM policy file (tail-last)")
+    ap.add_argument("--policy", type=policy_arg, default=DEFAULT_POLICY,
+                    help=f"{', '.join(sorted(POLICIES))}, or a saved FSM policy file ({DEFAULT_POLICY})")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
 
 
@@ -43,7 +43,7 @@ def minibatches(items, size, rng):
         yield [items[j] for j in order[i:i + size]]
 
 
-def run(fn, mode, policy="tail-last", granularity="block"):
+def run(fn, mode, policy=DEFAULT_POLICY, granularity="block"):
     """fn() inside a batching scope (mode "batched") or as it is (mode "eager")."""
     if mode == "eager":
         return fn()

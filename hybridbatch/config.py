@@ -90,8 +90,8 @@ DECLARED = {
     # kernel, MKL or numpy as measured; "mkl" or "numpy" sends every one there. Set at import
     # from HYBRIDBATCH_BLAS ("auto" where it is unset, or asks for MKL and MKL does not load).
     "blas": Setting("auto", _blas_mode),
-    # granularity="auto" inlines a block whose calls in a flush came in several signatures
-    # and whose batches had a median size below this (hybrid/granularity.py).
+    # granularity="auto" measures a block inlined as well as whole once its calls in a flush
+    # came in several signatures with a median batch below this (hybrid/granularity.py).
     "auto_min_batch": Setting(8, _count),
     # Bytes of idle arena buffers each thread's pool keeps for reuse (runtime/memory.py);
     # lowering it keeps fewer from then on, it does not free what is pooled.

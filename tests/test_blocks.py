@@ -372,7 +372,30 @@ def test_block_called_without_arguments_agrees():
     np.testing.assert_allclose(h.asnumpy(), np.tanh(block.h0.data), rtol=1e-6)
 
 
-def test_auto_granularity_inlines_only_blocks_that_batch_poorly():
+def test_auto_choice_measures_both_modes_of_a_candidate_and_keeps_the_cheaper():
+    from hybridbatch.hybrid.granularity import REVISIT, WHOLE_SAMPLES, AutoChoice
+
+    def feed(choice, whole, inline, poorly=True):
+        """Give the choice one flush's cost in its current mode; returns the mode run."""
+        ran = choice.inline
+        choice.observe(inline if choice.inline else whole, poorly)
+        return ran
+
+    cheap_inline = AutoChoice()
+    modes = [feed(cheap_inline, whole=2.0, inline=1.0) for _ in range(WHOLE_SAMPLES + 2)]
+    assert modes == [False] * WHOLE_SAMPLES + [True] * 2     # whole first, then the trial, kept
+    cheap_whole = AutoChoice()
+    modes = [feed(cheap_whole, whole=1.0, inline=2.0) for _ in range(WHOLE_SAMPLES + 2)]
+    assert modes == [False] * WHOLE_SAMPLES + [True, False]  # one inlined trial, then back
+    never = AutoChoice()                  # batches well whole: never pays for an inlined trial
+    assert not any(feed(never, whole=9.0, inline=1.0, poorly=False) for _ in range(REVISIT + 9))
+    # the data drifts after the choice: the revisit measures the other mode again and switches
+    runs = [feed(cheap_whole, whole=3.0, inline=1.0) for _ in range(REVISIT + 3)]
+    assert runs.index(True) == REVISIT and all(runs[REVISIT:]) and cheap_whole.inline
+
+
+def test_auto_granularity_tries_inlining_only_blocks_that_batch_poorly():
+    from hybridbatch.hybrid.granularity import WHOLE_SAMPLES
     emb = nn.Embedding(20, 4, seed=0)
     lstm, child_sum = nn.LSTMCell(4, 4, seed=1), nn.ChildSumTreeLSTMCell(4, 4, seed=2)
     lstm.hybridize()
@@ -394,15 +417,19 @@ def test_auto_granularity_inlines_only_blocks_that_batch_poorly():
             outs += [h, encode(n)]
         return hb.add_n([hb.sum(o) for o in outs]), outs
 
-    with hb.batching(granularity="auto"):
-        build()
-    assert child_sum.auto_inline and not lstm.auto_inline
-    _assert_modes_agree(build, _params(emb, lstm, child_sum))   # eager == block == op, and auto stays exact
-    with hb.batching(granularity="auto") as scope:
-        loss, _ = build()
-    assert scope.stats.nodes > 3 * 6 + 3             # the child-sum calls now record their ops
-    ref, _ = build()
-    np.testing.assert_allclose(loss.asnumpy(), ref.asnumpy(), rtol=1e-5)
+    _assert_modes_agree(build, _params(emb, lstm, child_sum))   # eager == block == op
+    nodes = []
+    for _ in range(WHOLE_SAMPLES + 1):                          # whole, then an inlined trial
+        with hb.batching(granularity="auto") as scope:
+            loss, _ = build()
+        nodes.append(scope.stats.nodes)
+        ref, _ = build()
+        np.testing.assert_allclose(loss.asnumpy(), ref.asnumpy(), rtol=1e-5)   # exact either way
+    assert nodes[WHOLE_SAMPLES] > nodes[0]          # the trial recorded the child-sum calls' ops
+    measured = child_sum.auto_choice.costs
+    assert len(measured[False]) == WHOLE_SAMPLES and len(measured[True]) == 1
+    assert child_sum.auto_inline == (min(measured[True]) < min(measured[False]))
+    assert not lstm.auto_inline and not lstm.auto_choice.costs[True]
 
 
 def test_parameters_lists_a_shared_parameter_once():

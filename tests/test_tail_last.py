@@ -1,18 +1,19 @@
-"""tail-last, the default policy: agenda with the graph's tail (the signatures that no
+"""tail-last: agenda with the graph's tail (the signatures that no
 recurrence reads: per-node outputs, their losses and sums) after everything else.
 
   * Eq. 2 exactly on random trees with an output per node and on chains with a loss per
     step, where agenda's average depth runs the outputs early and often (ED-Batch Fig. 1);
   * on random DAGs: a valid schedule (schedule/check.py) and never more batches than agenda;
-  * through a scope, as the default: a Tree-LSTM written the natural way (leaf, internal
-    and classifier blocks, a loss per node, one add_n per tree) runs Eq. 2 batches, with
-    values and gradients equal to eager mode's.
+  * through a scope, under the default policy too (critical path): a Tree-LSTM written the
+    natural way (leaf, internal and classifier blocks, a loss per node, one add_n per tree)
+    runs Eq. 2 batches, with values and gradients equal to eager mode's.
 """
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import hybridbatch as hb
-from hybridbatch.schedule import POLICIES, agenda, lower_bound, tail_last
+from hybridbatch.schedule import DEFAULT_POLICY, POLICIES, agenda, lower_bound, tail_last
 from hybridbatch.schedule.check import checked
 from graphs import build, check_schedule, graph_views
 
@@ -230,7 +231,8 @@ def grads_of(run):
             p.zero_grad()
 
 
-def test_the_default_runs_a_natural_tree_lstm_in_the_lower_bound_with_eager_values_and_gradients():
+@pytest.mark.parametrize("policy", [None, "tail-last"])     # None: hb.batching's default
+def test_a_natural_tree_lstm_runs_in_the_lower_bound_with_eager_values_and_gradients(policy):
     trees = random_trees(12, seed=3)
     scopes = []
 
@@ -240,7 +242,7 @@ def test_the_default_runs_a_natural_tree_lstm_in_the_lower_bound_with_eager_valu
         return [x.asnumpy() for x in losses]
 
     def batched():
-        with hb.batching(granularity="block") as scope:       # the default policy
+        with hb.batching(granularity="block", **({} if policy is None else {"policy": policy})) as scope:
             losses = [tree_loss(t) for t in trees]
             total = hb.add_n(losses)                        # a sum of the trees' sums
         total.backward()
@@ -248,7 +250,7 @@ def test_the_default_runs_a_natural_tree_lstm_in_the_lower_bound_with_eager_valu
         return [x.asnumpy() for x in losses]
 
     (want_values, want_grads), (values, grads) = grads_of(eager), grads_of(batched)
-    assert scopes[0].policy is POLICIES["tail-last"]
+    assert scopes[0].policy is POLICIES[policy or DEFAULT_POLICY]
     assert scopes[0].stats.batches == scopes[0].stats.lower_bound
     np.testing.assert_allclose(values, want_values, rtol=1e-5)
     for got, want in zip(grads, want_grads):

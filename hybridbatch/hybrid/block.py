@@ -18,6 +18,7 @@ from ..record.future import Future
 from ..train.parameter import Parameter
 from ..train.parameter_dict import ParameterDict
 from .arguments import INT, STATIC
+from .granularity import AutoChoice
 from .tracing import trace
 
 
@@ -138,6 +139,7 @@ class HybridBlock(Block):
         object.__setattr__(self, "_active", False)
         object.__setattr__(self, "_programs", {})
         object.__setattr__(self, "auto_inline", False)   # granularity="auto"'s choice for this block
+        object.__setattr__(self, "auto_choice", AutoChoice())   # ... and the measurements behind it
 
     def hybridize(self, active=True):
         """Trace forward (again) at the next call, as Gluon's hybridize() does."""
@@ -147,8 +149,15 @@ class HybridBlock(Block):
 
     def __call__(self, *args):
         scope = _local.scope
-        if scope is not None and scope.granularity == "block" and self._active:
-            return self._record_call(scope, args)     # a tracing scope is never "block"
+        if scope is not None and self._active:    # a tracing scope is "op": it inlines
+            granularity = scope.granularity
+            if granularity == "block":
+                return self._record_call(scope, args)
+            if granularity == "auto":
+                calls = scope.auto_calls
+                calls[self] = calls.get(self, 0) + 1
+                if not self.auto_inline:
+                    return self._record_call(scope, args)
         if not self._active or (scope is not None and scope.tracing):
             return self.forward(*args)      # plain, or inlined into an enclosing trace
         handles, key, ints = [], [], []
@@ -167,12 +176,11 @@ class HybridBlock(Block):
         program = self._program(tuple(key))
         if scope is None:
             return program.replay(eager.apply, eager.constant, handles, ints)
-        if scope.granularity == "auto" and not self.auto_inline:
-            return scope.record_program(program, [h.id for h in handles], ints)
         return program.replay(scope.record, scope.constant, handles, ints)
 
     def _record_call(self, scope, args):
-        """Block granularity, the hot path: one graph node per call."""
+        """One graph node per call (block granularity, and "auto" where the block runs
+        whole): the hot path."""
         types = scope.graph.type
         ids, key, ints = [], [], []
         for a in args:

@@ -1,29 +1,78 @@
-"""granularity="auto": the per-block choice between one node per call and inlined ops."""
+"""granularity="auto": the per-block choice between one node per call and inlined ops, by
+measured cost.
+
+A hybridized block starts whole (one graph node per call: the cheaper graph to record and
+schedule). Inlining can only pay where its whole calls batch poorly because they come in
+several signatures (arities, shapes) that its primitive ops would merge: such a block
+becomes a *candidate* when a flush shows its calls in two or more signatures with a median
+batch below `settings.auto_min_batch`. A candidate is then measured both ways. A flush's
+cost is the recording since the previous flush (or since the scope opened, or since a
+backward) plus scheduling and execution, divided by the block's calls in it. After
+`WHOLE_SAMPLES` flushes whole (the first pays the tracing), one flush runs it inlined, and
+the cheaper mode per call is kept: the smallest recent sample of each, as a shared
+machine's noise only ever adds time. Every `REVISIT` flushes one flush runs the other mode
+again, so the choice follows the data when its shapes drift. The choice lives on the block
+(`block.auto_inline`) and applies from its next call on, in this scope and later ones.
+"""
 import statistics
 
 from ..config import settings
 from ..record import signature
 
+WHOLE_SAMPLES = 2   # flushes measured whole before the first inlined one
+KEEP = 4            # recent per-call costs kept per mode
+REVISIT = 200       # flushes after a choice before the other mode is measured again
 
-def choose_granularity(plan):
-    """After a flush of an "auto" scope, decide per hybridized block whether to inline it.
 
-    A block is inlined from then on when its calls in this flush came in several signatures
-    (arities, shapes) AND most of its batches were small (median size below
-    settings.auto_min_batch): inlined, the primitive ops of those calls batch across
-    signatures. A block whose calls batch well, or whose calls all share one signature
-    (inlining cannot merge them), stays whole: one node per call is the cheaper graph to
-    record and schedule. The choice is kept on the block (`block.auto_inline`), so it applies
-    to later calls and scopes.
-    """
+class AutoChoice:
+    """One block's evidence and current choice (`inline`)."""
+
+    __slots__ = ("inline", "candidate", "costs", "since", "trial")
+
+    def __init__(self):
+        self.inline = False
+        self.candidate = False
+        self.costs = {False: [], True: []}    # seconds per call of recent flushes, per mode
+        self.since = 0                        # flushes since the mode was last chosen
+        self.trial = False                    # the current mode is on trial for one flush
+
+    def observe(self, seconds_per_call, batches_poorly):
+        """Take one flush's cost per call in the current mode; returns whether to inline
+        from now on. batches_poorly: this flush ran the block whole in several signatures
+        with small batches (never true of an inlined flush)."""
+        mode = self.inline
+        costs = self.costs[mode]
+        costs.append(seconds_per_call)
+        del costs[:-KEEP]
+        self.candidate = self.candidate or batches_poorly
+        if not self.candidate:
+            return False
+        other = self.costs[not mode]
+        if self.trial:                        # both modes measured: choose
+            self.trial = False
+            self.inline = min(self.costs[True]) < min(self.costs[False])
+            self.since = 0
+        elif (not other and len(costs) >= WHOLE_SAMPLES) or self.since >= REVISIT:
+            other.clear()                     # measure the other mode afresh, for one flush
+            self.trial = True
+            self.inline = not mode
+        else:
+            self.since += 1
+        return self.inline
+
+
+def choose_granularity(plan, calls, seconds):
+    """After a flush of an "auto" scope: give every hybridized block called in it
+    (`calls`: block -> calls in this flush) the flush's cost per call (`seconds` for the
+    whole flush) and set its choice (`block.auto_inline`) from the evidence so far."""
     seen = {}
     for b, size in enumerate(plan.sizes):
-        sig_id = plan.recorded_sig(b)       # as recorded, not as run
-        owner = signature.SIGS[sig_id].op.owner_block
+        owner = signature.SIGS[plan.recorded_sig(b)].op.owner_block    # as recorded, not as run
         if owner is not None:
             sizes, sigs = seen.setdefault(owner, ([], set()))
             sizes.append(size)
-            sigs.add(sig_id)
-    for owner, (sizes, sigs) in seen.items():
-        if len(sigs) >= 2 and statistics.median(sizes) < settings.auto_min_batch:
-            object.__setattr__(owner, "auto_inline", True)
+            sigs.add(plan.recorded_sig(b))
+    for block, n in calls.items():
+        sizes, sigs = seen.get(block, ((), ()))
+        poorly = len(sigs) >= 2 and statistics.median(sizes) < settings.auto_min_batch
+        object.__setattr__(block, "auto_inline", block.auto_choice.observe(seconds / n, poorly))

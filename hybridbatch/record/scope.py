@@ -21,7 +21,7 @@ from .graph import Graph, Growable
 from ..ops.shape import Input, ParamRead
 from ..train.parameter import Parameter
 from ..runtime.plan import Plan
-from ..schedule import get_policy
+from ..schedule import DEFAULT_POLICY, get_policy
 from ..hybrid.arguments import BlockInt
 from ..runtime import backend
 from . import signature
@@ -69,7 +69,7 @@ class Stats:
 class batching:
     """A recording scope. See the module docstring; `stats` reports after a flush."""
 
-    def __init__(self, policy="tail-last", granularity="op", check_numerics=False):
+    def __init__(self, policy=DEFAULT_POLICY, granularity="auto", check_numerics=False):
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
         self.policy = get_policy(policy)
@@ -90,6 +90,8 @@ class batching:
         self._thread = threading.current_thread()   # the recording one: set again on entering
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
         self._entered = self._exited = None
+        self.auto_calls = {}        # granularity "auto": hybridized block -> its calls since the last flush
+        self._since = None          # when the work the next flush ends began (granularity "auto")
 
     # -- scope protocol ---------------------------------------------------------------
     def __enter__(self):
@@ -100,7 +102,7 @@ class batching:
         _local.scope = self
         self._thread = threading.current_thread()
         self.open = True
-        self._entered = time.perf_counter()
+        self._entered = self._since = time.perf_counter()
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -261,8 +263,11 @@ class batching:
         try:
             run_forward(plan, self.arenas, backend.xp(), self.graph.origin)
             self.flushed = plan.stop    # once computed: another thread may read values below it
-            if self.granularity == "auto":
-                choose_granularity(plan)
+            if self.auto_calls:
+                done = time.perf_counter()
+                choose_granularity(plan, self.auto_calls, done - (self._since or t0))
+                self.auto_calls = {}
+                self._since = done
         except BaseException as e:
             self.failure = e
             raise
@@ -294,7 +299,8 @@ class batching:
         t0 = time.perf_counter()
         run_backward(self.plans, self.arenas, nid, self.loc_arena.data, self.loc_row.data,
                      self.flushed, backend.xp(), self.graph.origin)
-        spent = time.perf_counter() - t0
+        self._since = time.perf_counter()
+        spent = self._since - t0
         if not retain_graph:
             self._graph_spent.add(nid)
         self._times["backward"] += spent
@@ -344,7 +350,7 @@ class batching:
 def tracing():
     """A fresh scope that records without executing, current until `end_tracing`. It keeps
     each op's line, so check_numerics can point inside a traced block."""
-    scope = batching()
+    scope = batching(granularity="op")
     scope.graph.origin = []
     scope.open = scope.tracing = True
     scope._outer = current()

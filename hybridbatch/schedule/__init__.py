@@ -17,8 +17,13 @@ def rollout_search(view):
     return search(view)
 
 
-POLICIES = {"tail-last": tail_last, "agenda": agenda, "depth": by_depth, "greedy-frontier": greedy_frontier,
-            "critical-path": critical_path, "search": rollout_search}
+POLICIES = {"critical-path": critical_path, "tail-last": tail_last, "agenda": agenda, "depth": by_depth,
+            "greedy-frontier": greedy_frontier, "search": rollout_search}
+# What `hb.batching()` runs when given no policy. Critical path reaches ED-Batch's bound on
+# trees and chains with per-node outputs as tail-last does, and beats tail-last and agenda
+# wherever a cell comes in several signatures (a child-sum cell's arities, W4's two types,
+# W6's lattices), for about 1.2x agenda's scheduling time (benchmarks/RESULTS.md).
+DEFAULT_POLICY = "critical-path"
 
 
 def get_policy(policy):

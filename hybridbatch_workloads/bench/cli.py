@@ -9,7 +9,7 @@ import sys
 
 from ..cli_args import int_at_least, policy_arg, positive_float
 from ..data import DataFormatError
-from hybridbatch.schedule import POLICIES
+from hybridbatch.schedule import DEFAULT_POLICY, POLICIES
 from .harness import Config, run_benchmark, run_cold_start
 from .policies import (WORKLOADS as POLICY_WORKLOADS, TooFewInstances, compare_policies, format_policies,
                        plot_policies)
@@ -79,8 +79,9 @@ def build_parser():
                     help="policies: count batches only, skip the training runs")
     ap.add_argument("--hidden", type=int_at_least(1), default=256, help="hidden size = embedding size (256)")
     ap.add_argument("--batch", type=int_at_least(1), default=64, help="minibatch size (64)")
-    ap.add_argument("--policy", type=policy_arg, default="tail-last",
-                    help=f"scheduling policy: {', '.join(sorted(POLICIES))}, or a saved FSM policy file (tail-last)")
+    ap.add_argument("--policy", type=policy_arg, default=DEFAULT_POLICY,
+                    help=f"scheduling policy: {', '.join(sorted(POLICIES))}, or a saved FSM policy file "
+                         f"({DEFAULT_POLICY})")
     ap.add_argument("--granularity", choices=("block", "op", "auto"), default=None,
                     help="recording granularity (default: the workload's, block for W1-W3)")
     ap.add_argument("--data", metavar="DIR", default=None,

@@ -43,6 +43,7 @@ import numpy as np
 from hybridbatch.config import settings
 from hybridbatch.train.optim import Trainer
 from hybridbatch.record.scope import batching
+from hybridbatch.schedule import DEFAULT_POLICY
 from . import machine
 from .registry import DEFAULT_GRANULARITY, make_workload
 
@@ -55,7 +56,7 @@ class Config:
     workload: str = "W1"
     hidden: int = 256
     batch: int = 64
-    policy: str | Callable = "tail-last"    # a name, or a scheduling callable such as an FSMPolicy
+    policy: str | Callable = DEFAULT_POLICY   # a name, or a scheduling callable such as an FSMPolicy
     granularity: str | None = None          # None: the workload's default (registry)
     data: str | None = None                 # None: the workload's synthetic data
     instances: int = 1280
