@@ -77,9 +77,9 @@ class Stats:
 class batching:
     """A recording scope. See the module docstring; `stats` reports after a flush."""
 
-    suspend = None      # while hb.map runs in this scope: its read hook (record/mapping.py)
-    read_flushes = 0    # flushes that reads of pending values forced
-    _bound = (0, 0)     # (nodes, lower bound over them): stats' cache
+    suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
+    forced_flushes = 0      # flushes that reads of pending values forced
+    _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
 
     def __init__(self, policy="tail-last", granularity="op", check_numerics=False):
         if granularity not in GRANULARITIES:
@@ -301,7 +301,7 @@ class batching:
         if self.suspend is not None and self.suspend():
             return
         if self.flushed < len(self.graph):
-            self.read_flushes += 1
+            self.forced_flushes += 1
         self.forward()
 
     def backward(self, nid, retain_graph=False):
@@ -357,7 +357,7 @@ class batching:
             batches=sum(p.n_batches for p in self.plans),
             lower_bound=self._lower_bound(),
             flushes=len(self.plans),
-            forced_flushes=self.read_flushes,
+            forced_flushes=self.forced_flushes,
             record_seconds=max(inside - t["busy_inside"], 0.0),
             schedule_seconds=t["schedule"],
             execute_seconds=t["execute"],
