@@ -1,6 +1,7 @@
 """What hb.map's suspend and resume cost, per instance per read.
 
-Two measurements, each the best of --repeats:
+Two measurements, each the least CPU time (process_time: a shared machine's other load
+does not count) of --repeats, the two runs of the second alternating:
 - switch: instances that only read (batching.await_flush) with nothing pending, so the
   driver's flush has nothing to run: the whole cost is greenlet creation, the two
   switches of each read and the driver's loop, divided by instances x reads;
@@ -23,13 +24,10 @@ import numpy as np  # noqa: E402
 import hybridbatch as hb  # noqa: E402
 
 
-def best(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def cpu_seconds(fn):
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
 
 
 def switch_only(n, reads):
@@ -80,8 +78,9 @@ def main():
     switch_only(n, 2)
     mapped()
     rounds()
-    switch = best(lambda: switch_only(n, reads), args.repeats)
-    with_map, without = best(mapped, args.repeats), best(rounds, args.repeats)
+    switch = min(cpu_seconds(lambda: switch_only(n, reads)) for _ in range(args.repeats))
+    pairs = [(cpu_seconds(mapped), cpu_seconds(rounds)) for _ in range(args.repeats)]
+    with_map, without = min(a for a, _ in pairs), min(b for _, b in pairs)
     per = 1e6 / (n * reads)
     print(f"{n} instances x {reads} reads")
     print(f"switch only (empty flushes): {switch * per:.2f} us per instance per read")

@@ -13,25 +13,43 @@ SETTINGS = dict(max_examples=12, deadline=None, derandomize=True, suppress_healt
 N = 4
 
 
+class _Layer(hb.HybridBlock):
+    """tanh(W h + b), hybridized: one node per call at block granularity."""
+
+    def __init__(self, W, b):
+        super().__init__()
+        self.W, self.b = W, b
+        self.hybridize()
+
+    def forward(self, h):
+        return hb.tanh(self.W @ h + self.b)
+
+
 def _params():
     rng = np.random.default_rng(0)
-    return {name: hb.Parameter(name, shape, init="normal", dtype=np.float64, rng=rng)
-            for name, shape in (("W", (N, N)), ("U", (N, N)), ("b", (N,)))}
+    p = {name: hb.Parameter(name, shape, init="normal", dtype=np.float64, rng=rng)
+         for name, shape in (("W", (N, N)), ("U", (N, N)), ("b", (N,)))}
+    p["layer"] = _Layer(p["W"], p["b"])
+    return p
+
+
+def _trainable(p):
+    return {name: v for name, v in p.items() if isinstance(v, hb.Parameter)}
 
 
 def _grads(params):
-    return {name: np.array(p.grad) for name, p in params.items()}
+    return {name: np.array(p.grad) for name, p in _trainable(params).items()}
 
 
 def _zero(params):
-    for p in params.values():
+    for p in _trainable(params).values():
         p.zero_grad()
 
 
 # ---------------------------------------------------------------------------------------
 # Random per-instance programs: chains of ops with reads whose values pick the branch
 # ---------------------------------------------------------------------------------------
-STEPS = ("lin", "gate", "add_x", "scale", "read")
+STEPS = ("lin", "gate", "add_x", "scale", "read", "read")
 READS = ("item", "float", "int", "compare", "bool", "asnumpy", "again")
 
 
@@ -41,10 +59,10 @@ def _program(p, x, seed, log):
     rng = np.random.default_rng(seed)
     h = hb.tanh(p["W"] @ hb.array(x) + p["b"])
     last = None
-    for _ in range(int(rng.integers(1, 7))):
+    for _ in range(int(rng.integers(2, 10))):
         step = STEPS[rng.integers(len(STEPS))]
         if step == "lin":
-            h = hb.tanh(p["W"] @ h + p["b"])
+            h = p["layer"](h)
         elif step == "gate":
             h = hb.sigmoid(p["U"] @ h) * h
         elif step == "add_x":
@@ -78,13 +96,13 @@ def _program(p, x, seed, log):
     return hb.sum(h * h)
 
 
-def _run(p, xs, seeds, batched):
+def _run(p, xs, seeds, batched, policy="tail-last", granularity="op"):
     """(outputs, per-instance read logs, parameter gradients, scope or None)."""
     _zero(p)
     logs = [[] for _ in xs]
     fn = lambda i: _program(p, xs[i], seeds[i], logs[i])   # noqa: E731
     if batched:
-        with hb.batching() as scope:
+        with hb.batching(policy=policy, granularity=granularity) as scope:
             outs = hb.map(fn, range(len(xs)))
             total = hb.add_n(outs)
         total.backward()
@@ -102,14 +120,16 @@ def _assert_logs_match(got, want, rel):
         np.testing.assert_allclose(np.array(g, float), np.array(w, float), rtol=rel, atol=1e-12, err_msg=str(i))
 
 
-@settings(**SETTINGS)
-@given(seeds=st.lists(st.integers(0, 2 ** 31 - 1), min_size=1, max_size=9), data_seed=st.integers(0, 2 ** 16))
-def test_random_programs_with_reads_match_eager(seeds, data_seed):
-    """Values, reads and parameter gradients of hb.map in a scope are the eager loop's."""
+@settings(**dict(SETTINGS, max_examples=30))
+@given(seeds=st.lists(st.integers(0, 2 ** 31 - 1), min_size=1, max_size=9), data_seed=st.integers(0, 2 ** 16),
+       policy=st.sampled_from(["tail-last", "agenda", "depth"]), granularity=st.sampled_from(["op", "block", "auto"]))
+def test_random_programs_with_reads_match_eager(seeds, data_seed, policy, granularity):
+    """Values, reads and parameter gradients of hb.map in a scope are the eager loop's,
+    whatever the policy and granularity."""
     p = _params()
     xs = list(np.random.default_rng(data_seed).normal(size=(len(seeds), N)))
     want, want_logs, want_grads, _ = _run(p, xs, seeds, batched=False)
-    got, got_logs, got_grads, scope = _run(p, xs, seeds, batched=True)
+    got, got_logs, got_grads, scope = _run(p, xs, seeds, batched=True, policy=policy, granularity=granularity)
     _assert_logs_match(got_logs, want_logs, rel=1e-9)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
     for name in want_grads:

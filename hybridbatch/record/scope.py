@@ -77,10 +77,6 @@ class Stats:
 class batching:
     """A recording scope. See the module docstring; `stats` reports after a flush."""
 
-    suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
-    forced_flushes = 0      # flushes that reads of pending values forced
-    _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
-
     def __init__(self, policy="tail-last", granularity="op", check_numerics=False):
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
@@ -126,6 +122,11 @@ class batching:
             self.open = False
             self._exited = time.perf_counter()
         return False
+
+    # class defaults, set on the scope when first needed
+    suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
+    forced_flushes = 0      # flushes that reads of pending values forced
+    _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
 
     # -- recording (the hot path) -----------------------------------------------------
     def record(self, op, args, attrs=(), aux=-1):
@@ -286,7 +287,7 @@ class batching:
                 self._times["busy_inside"] += t2 - t0
 
     def value(self, nid):
-        """A copy of node nid's value, flushing first if it is still pending."""
+        """A copy of node nid's value, flushing first if it is still pending (await_flush)."""
         reader = _local.scope
         if reader is not None and reader.tracing:
             raise ScopeError(_READ_IN_TRACE)
