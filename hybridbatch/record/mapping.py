@@ -36,7 +36,7 @@ def map(fn, instances):
     if greenlet is None:
         raise ImportError("hb.map inside a batching scope runs each instance as a greenlet, and greenlet is not "
                           "installed: pip install hybridbatch[map]")
-    return _Map(scope, fn, list(instances)).run()
+    return _run(scope, fn, list(instances))
 
 
 class _Instance(greenlet if greenlet is not None else object):
@@ -54,66 +54,62 @@ def _suspend():
     return True
 
 
-class _Map:
-    def __init__(self, scope, fn, instances):
-        self.scope, self.fn, self.instances = scope, fn, instances
+def _run(scope, fn, instances):
+    """The driver: run every ready instance until it finishes or suspends, flush once for
+    all the suspended ones, resume them; until none is left."""
+    enclosing, scope.suspend = scope.suspend, _suspend
+    driver = getcurrent()
+    lets = []
+    for x in instances:
+        g = _Instance(lambda x=x: fn(x))
+        g.driver = driver
+        lets.append(g)
+    results = [None] * len(lets)
+    errors = {}
+    try:
+        ready = range(len(lets))
+        while ready:
+            suspended = []
+            for i in ready:
+                g = lets[i]
+                try:
+                    out = g.switch()
+                except Exception as e:
+                    errors[i] = e
+                    continue
+                if g.dead:
+                    results[i] = out
+                else:
+                    suspended.append(i)
+            if suspended:
+                scope.await_flush()
+            ready = suspended
+    except BaseException:
+        for g in lets:
+            if not g.dead:
+                try:
+                    g.throw()       # GreenletExit at its read: its `finally` blocks run
+                except Exception:   # a cleanup's failure: the exception that stopped the map is raised
+                    pass
+        raise
+    finally:
+        scope.suspend = enclosing
+    if errors:
+        raise _first_error(errors, results, instances)
+    return results
 
-    def run(self):
-        scope = self.scope
-        enclosing, scope.suspend = scope.suspend, _suspend
-        driver = getcurrent()
-        fn, instances = self.fn, self.instances
-        lets = []
-        for x in instances:
-            g = _Instance(lambda x=x: fn(x))
-            g.driver = driver
-            lets.append(g)
-        results = [None] * len(lets)
-        errors = {}
-        try:
-            ready = range(len(lets))
-            while ready:
-                suspended = []
-                for i in ready:
-                    g = lets[i]
-                    try:
-                        out = g.switch()
-                    except Exception as e:
-                        errors[i] = e
-                        continue
-                    if g.dead:
-                        results[i] = out
-                    else:
-                        suspended.append(i)
-                if suspended:
-                    scope.await_flush()
-                ready = suspended
-        except BaseException:
-            for g in lets:
-                if not g.dead:
-                    try:
-                        g.throw()       # GreenletExit at its read: its `finally` blocks run
-                    except Exception:   # a cleanup's failure: the exception that stopped the map is raised
-                        pass
-            raise
-        finally:
-            scope.suspend = enclosing
-        if errors:
-            raise self._first_error(errors, results)
-        return results
 
-    def _first_error(self, errors, results):
-        """The first failing instance's exception, with notes naming it and the others."""
-        (i, e), *others = errors.items()
-        n = len(self.instances)
-        e.add_note(f"raised by hb.map instance {i} of {n}: {_short(self.instances[i])}")
-        note = ("the other instances ran to their end: this exception's map_results holds every result "
-                "(None where an instance raised), map_errors each failing instance's exception by index")
-        if others:
-            note += f"; instances {', '.join(str(j) for j, _ in others)} raised too"
-        e.add_note(note)
-        e.map_results, e.map_errors = results, errors
-        return e
+def _first_error(errors, results, instances):
+    """The first failing instance's exception, with notes naming it and the others."""
+    (i, e), *others = errors.items()
+    e.add_note(f"raised by hb.map instance {i} of {len(instances)}: {_short(instances[i])}")
+    note = ("the other instances ran to their end: this exception's map_results holds every result "
+            "(None where an instance raised), map_errors each failing instance's exception by index")
+    if others:
+        note += f"; instances {', '.join(str(j) for j, _ in others)} raised too"
+    e.add_note(note)
+    e.map_results, e.map_errors = results, errors
+    return e
 
 
 def _short(x, limit=80):
