@@ -6,14 +6,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test bench peers clean
 
-# The small W1 run after installing: numba compiles hybridbatch's functions and the demo's fused
-# kernels for this machine once (about 20 s, which it says), not in the demo's first minibatch.
+# The warm-up after installing (hybridbatch_workloads/bench/warm_up.py): short W1 and CHILDSUM
+# runs, in which numba compiles hybridbatch's functions and their fused kernels for this machine
+# and the BLAS routes are timed, once (about 30 s, which it says), not in a first minibatch.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,mkl,bench]'
-	$(PY) -m hybridbatch.bench W1 --instances 8 --warmup 0 --eager-instances 8 --eager-warmup 0 --repeats 1 \
-		--gemm-repeats 1 --no-check --no-progress > /dev/null
+	$(PY) -m hybridbatch_workloads.bench.warm_up
 	touch $(STAMP)
 
 # W1 Tree-LSTM on built-in synthetic SST trees, eager vs batched: the summary table (under a minute once set up)

@@ -1,4 +1,5 @@
 """Host matrix products (kernels/blas.py): MKL's packed and plain GEMM against numpy."""
+import json
 import math
 
 import numpy as np
@@ -291,3 +292,84 @@ def test_flip_below_is_measured_once_in_every_mode(monkeypatch):
             monkeypatch.setattr(blas, "_calibrate", lambda: pytest.fail("measured twice"))
             assert blas.flip_below() == found
             monkeypatch.undo()
+
+
+@pytest.fixture
+def calibration(monkeypatch, tmp_path):
+    """An empty kernel cache folder, no routes in this process, and the timings asked for
+    (`blas._best` calls) from then on, each answered with a made-up time rather than run."""
+    monkeypatch.setenv("HYBRIDBATCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("HYBRIDBATCH_RECALIBRATE", raising=False)
+    timed = []
+    monkeypatch.setattr(blas, "_best", lambda product, rounds: timed.append(rounds) or float(len(timed) % 7))
+
+    def forget():
+        for name in ("_flip_below", "_numpy_from", "_one_row", "_kernel_below"):
+            monkeypatch.setattr(blas, name, None)
+    forget()
+    with hb.settings(blas="auto"):
+        yield tmp_path, timed, forget
+
+
+def _routes_now():
+    return blas.flip_below(), blas.kernel_below(), blas.numpy_from(), blas.one_row()
+
+
+def test_a_stored_calibration_is_used_by_the_next_process(calibration):
+    folder, timed, forget = calibration
+    measured = _routes_now()
+    assert timed and len(list(folder.glob("blas_calibration_*.json"))) == 1
+    forget()                # a new process, as far as the routes go
+    timed.clear()
+    assert _routes_now() == measured and not timed
+
+
+def test_a_changed_key_or_recalibrate_measures_again(calibration, monkeypatch):
+    folder, timed, forget = calibration
+    _routes_now()
+    for variable, value in (("OPENBLAS_CORETYPE_CHOSEN", "Haswell"), ("HYBRIDBATCH_RECALIBRATE", "1")):
+        forget()
+        timed.clear()
+        monkeypatch.setenv(variable, value)
+        _routes_now()
+        assert timed, f"{variable}={value} did not measure"
+    # the changed thread variables' calibration is stored apart; recalibrating rewrote it
+    assert len(list(folder.glob("blas_calibration_*.json"))) == 2
+
+
+@pytest.mark.parametrize("content", ["", "{not json", '{"key": 1}', '[1, 2]'])
+def test_a_corrupt_calibration_file_is_measured_and_rewritten(calibration, content):
+    folder, timed, forget = calibration
+    _routes_now()
+    (stored,) = folder.glob("blas_calibration_*.json")
+    stored.write_text(content)
+    forget()
+    timed.clear()
+    measured = _routes_now()
+    assert timed
+    forget()
+    timed.clear()
+    assert _routes_now() == measured and not timed      # the rewritten file is read
+    assert not list(folder.glob("*.tmp"))
+
+
+def test_a_stored_route_out_of_range_is_not_used(calibration):
+    folder, timed, forget = calibration
+    _routes_now()
+    (stored,) = folder.glob("blas_calibration_*.json")
+    content = json.loads(stored.read_text())
+    content["routes"]["flip_below"] = 3       # not a row count the calibration tries
+    stored.write_text(json.dumps(content))
+    forget()
+    timed.clear()
+    assert blas.flip_below() != 3 and timed
+
+
+def test_a_cache_folder_that_cannot_be_written_warns_and_still_routes(calibration, monkeypatch):
+    folder, timed, forget = calibration
+    blocked = folder / "a_file"
+    blocked.write_text("")
+    monkeypatch.setenv("HYBRIDBATCH_CACHE_DIR", str(blocked / "kernels"))      # below a file: no folder
+    with pytest.warns(UserWarning, match="cannot store the BLAS calibration"):
+        routes = _routes_now()
+    assert timed and routes[0] in (0,) + blas.ROWS_TRIED[1:] + (2 * blas.ROWS_TRIED[-1],)

@@ -13,10 +13,10 @@ parameter update. Fewer rows still are best served by streaming the weight once
 Why not MKL alone: on some CPUs numpy's OpenBLAS runs larger products faster (an AMD EPYC
 here: 106-110 GFLOP/s against MKL's 92-94 from 64 rows up with OpenBLAS's AVX2 kernels,
 about twice MKL's rate with its AVX-512 ones), while MKL stays ahead on few rows. In the
-default mode, "auto", the first product in a process times the three on a range of row
-counts (once, about 0.5 s): a shared weight's product of fewer than `kernel_below()` rows
-goes to the kernel, one of at least `numpy_from()` rows to numpy, and the rest to MKL and its
-packed weights (`one_row()` picks for a single row). `hb.settings.blas = "mkl"` sends every
+default mode, "auto", the three are timed on a range of row counts (about 0.5 s) once per
+machine and BLAS setup, stored beside the fused kernels (`_calibrate`): a shared weight's
+product of fewer than `kernel_below()` rows goes to the kernel, one of at least
+`numpy_from()` rows to numpy, and the rest to MKL and its packed weights (`one_row()` picks for a single row). `hb.settings.blas = "mkl"` sends every
 product to MKL, "numpy" every one to numpy (config.py); HYBRIDBATCH_BLAS=auto|mkl|numpy
 picks the mode at import, and =numpy also keeps MKL from loading. MKL follows
 MKL_NUM_THREADS; when that (or OMP_NUM_THREADS) is 1 its sequential layer is loaded, so no
@@ -27,16 +27,23 @@ numpy's.
 import contextlib
 import ctypes
 import ctypes.util
+import hashlib
+import json
 import math
 import os
+import platform
+import tempfile
 import threading
 import time
 import warnings
 
+import llvmlite.binding as llvm
+import numba
 import numpy as np
 from numba import njit
 
 from . import few_rows
+from .compiling import log
 from ..config import BLAS_MODES, settings
 
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
@@ -50,6 +57,8 @@ NUMPY_MARGIN = 0.95     # the calibration divides numpy's measured times by this
 # The weight the calibration times (float32, 2.6 MB): a large shared weight, where the
 # libraries' rates differ most; the routes measured on it serve every shape.
 CALIBRATION_WEIGHT = (1280, 512)
+CALIBRATION_FORMAT = 1      # of the stored calibration file (_store): a change makes every stored one stale
+THREAD_VARIABLES = ("OMP_", "OPENBLAS_", "GOTO", "MKL_", "KMP_")     # environment that changes BLAS timings
 
 
 def _library_path():
@@ -187,39 +196,146 @@ def flip_below():
 
 
 def _calibrate(rounds=3):
-    """Measure flip_below() and, in "auto", kernel_below(), numpy_from() and one_row(), once
-    per process (about 0.5 s), on CALIBRATION_WEIGHT in both layouts (x @ W.T, a layer's
-    forward; g @ W, its input gradient): for 1 and each of ROWS_TRIED rows, the best of 3
-    runs of each library (MKL packed), numpy's times counted NUMPY_MARGIN slower. The
-    splits are those of least total time over the sizes, so that one noisy size seldom
-    moves them."""
+    """Set flip_below() and, in "auto", kernel_below(), numpy_from() and one_row(), once per
+    process (the first product that routes by them): from this machine's stored calibration (`_stored`) where one matches
+    `_calibration_key`, else measured (`_measure`, about 0.5 s) and stored for the next
+    process. HYBRIDBATCH_RECALIBRATE=1 measures (and stores) whatever is stored."""
     global _numpy_from, _one_row, _flip_below, _kernel_below
     with _measuring:
         if _flip_below is not None and (_numpy_from is not None or settings.blas != "auto"):
             return
-        rng = np.random.default_rng(0)
-        w = rng.standard_normal(CALIBRATION_WEIGHT, dtype=np.float32)
-        routes = []
-        with packing():
-            for weight in (w, w.T):
-                xs = [rng.standard_normal((rows, weight.shape[0]), dtype=np.float32) for rows in (1,) + ROWS_TRIED]
-                # a one-row product takes tens of microseconds: more rounds, and the first
-                # product of the process (still warming up) is not the one that decides
-                tries = [8 * rounds] + [rounds] * len(ROWS_TRIED)
-                numpy = [_best(lambda: x @ weight, r) for x, r in zip(xs, tries)]
-                if weight is not w:
-                    flipped = [_best(lambda: _flipped(x, weight), rounds) for x in xs[1:]]
-                    i = _cheapest_split(flipped, numpy[1:])
-                    _flip_below = _row_bound(i)
-                    numpy[1:] = flipped[:i] + numpy[1 + i:]
-                if settings.blas != "auto":
-                    continue
-                kernel = [_best(lambda: few_rows.product(x, weight), r) for x, r in zip(xs, tries)]
-                mkl = ([_best(lambda: _mkl_shared_product(x, weight), r) for x, r in zip(xs, tries)]
-                       if _mkl is not None else [math.inf] * len(xs))
-                routes.append(_routes(kernel, mkl, [t / NUMPY_MARGIN for t in numpy]))
-        if routes:
-            _kernel_below, _numpy_from, _one_row = (tuple(r) for r in zip(*routes))
+        key = _calibration_key(rounds)
+        name = _calibration_file(key)
+        found = None if os.environ.get("HYBRIDBATCH_RECALIBRATE") == "1" else _stored(name, key)
+        if found is None:
+            log.info("timing host matrix products to route them (once per machine and BLAS setup, about 0.5 s)")
+            found = _measure(rounds)
+            _store(name, key, found)
+        _flip_below = found["flip_below"]
+        if "one_row" in found:
+            _kernel_below, _numpy_from, _one_row = found["kernel_below"], found["numpy_from"], found["one_row"]
+
+
+def _measure(rounds):
+    """{"flip_below": ...} and, in "auto", "kernel_below", "numpy_from" and "one_row" too,
+    each a tuple over the two layouts, measured on CALIBRATION_WEIGHT in both layouts (x @ W.T,
+    a layer's forward; g @ W, its input gradient): for 1 and each of ROWS_TRIED rows, the best
+    of `rounds` runs of each library (MKL packed), numpy's times counted NUMPY_MARGIN slower.
+    The splits are those of least total time over the sizes, so that one noisy size seldom
+    moves them."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(CALIBRATION_WEIGHT, dtype=np.float32)
+    found, routes = {}, []
+    with packing():
+        for weight in (w, w.T):
+            xs = [rng.standard_normal((rows, weight.shape[0]), dtype=np.float32) for rows in (1,) + ROWS_TRIED]
+            # a one-row product takes tens of microseconds: more rounds, and the first
+            # product of the process (still warming up) is not the one that decides
+            tries = [8 * rounds] + [rounds] * len(ROWS_TRIED)
+            numpy = [_best(lambda: x @ weight, r) for x, r in zip(xs, tries)]
+            if weight is not w:
+                flipped = [_best(lambda: _flipped(x, weight), rounds) for x in xs[1:]]
+                i = _cheapest_split(flipped, numpy[1:])
+                found["flip_below"] = _row_bound(i)
+                numpy[1:] = flipped[:i] + numpy[1 + i:]
+            if settings.blas != "auto":
+                continue
+            kernel = [_best(lambda: few_rows.product(x, weight), r) for x, r in zip(xs, tries)]
+            mkl = ([_best(lambda: _mkl_shared_product(x, weight), r) for x, r in zip(xs, tries)]
+                   if _mkl is not None else [math.inf] * len(xs))
+            routes.append(_routes(kernel, mkl, [t / NUMPY_MARGIN for t in numpy]))
+    if routes:
+        found.update(zip(("kernel_below", "numpy_from", "one_row"), (tuple(r) for r in zip(*routes))))
+    return found
+
+
+def _calibration_key(rounds):
+    """Everything a calibration's result depends on, JSON-ready: the CPU (its model, and the
+    target and features numba compiles the few-rows kernel for), the versions of numpy, numba
+    and MKL, the BLAS numpy was built with, the cores this process may run on and the
+    variables that set the libraries' threads and kernels (OMP_*, OPENBLAS_*, GOTO*, MKL_*,
+    KMP_*), what is measured (the mode, the dtype, the sizes), and this module's and the
+    kernel's code. As a stored one reads back from JSON (lists, not tuples), so the two compare."""
+    from numba.core import config as numba_config
+    from .vector_width import WIDE_VECTORS
+    blas_build = getattr(np.__config__, "CONFIG", {}).get("Build Dependencies", {}).get("blas", {})
+    code = hashlib.sha256()
+    for module in (__file__, few_rows.__file__):
+        with open(module, "rb") as f:
+            code.update(f.read())
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    key = {"format": CALIBRATION_FORMAT,
+           "cpu": [_cpu_model(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()],
+           "numba_target": [numba_config.CPU_NAME, numba_config.CPU_FEATURES, bool(numba_config.ENABLE_AVX),
+                            WIDE_VECTORS],
+           "numpy": np.__version__, "numba": numba.__version__, "mkl": version(),
+           "numpy_blas": [blas_build.get(k) for k in ("name", "version", "openblas configuration")],
+           "cores": cores,
+           "env": sorted((k, v) for k, v in os.environ.items() if k.startswith(THREAD_VARIABLES)),
+           "measured": ["routes" if settings.blas == "auto" else "flip_below", "float32",
+                        list(CALIBRATION_WEIGHT), list(ROWS_TRIED), NUMPY_MARGIN, rounds],
+           "code": code.hexdigest()}
+    return json.loads(json.dumps(key))
+
+
+def _cpu_model():
+    """The CPU's model name where the OS tells it (Linux), else what `platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _calibration_file(key):
+    """The file name of the calibration for `key`, in the kernel cache folder: one per key, so
+    that processes of different thread settings on one machine keep theirs apart."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return f"blas_calibration_{digest}.json"
+
+
+def _stored(name, key):
+    """The calibration stored as `name` for `key`, or None where there is none, or the file is
+    unreadable, malformed or of another key (it is then measured and written again)."""
+    from .fused import cache_dir
+    try:
+        with open(cache_dir() / name) as f:
+            stored = json.load(f)
+        if stored["key"] != key:
+            return None
+        found = stored["routes"]
+        bounds = {0, 2 * ROWS_TRIED[-1], *ROWS_TRIED[1:]}
+        ok = found["flip_below"] in bounds and (key["measured"][0] != "routes" or (
+            all(len(found[k]) == 2 for k in ("kernel_below", "numpy_from", "one_row"))
+            and all(r in bounds for r in found["kernel_below"])
+            and all(r in bounds or r == math.inf for r in found["numpy_from"])
+            and all(r in ("kernel", "mkl", "numpy") for r in found["one_row"])))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in found.items()} if ok else None
+
+
+def _store(name, key, found):
+    """Write the calibration for the next process: to a temporary file, then renamed to
+    `name`, so that a reader never sees half a file. Where the folder cannot be written it
+    warns: every process then measures again."""
+    from .fused import cache_dir
+    temporary = None
+    try:
+        folder = cache_dir()
+        fd, temporary = tempfile.mkstemp(dir=folder, prefix=name, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": key, "routes": found}, f)
+        os.replace(temporary, folder / name)
+    except OSError as e:
+        warnings.warn(f"cannot store the BLAS calibration ({e}); it is measured again in every process",
+                      stacklevel=4)
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
 
 
 def _routes(kernel, mkl, numpy):

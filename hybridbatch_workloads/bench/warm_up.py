@@ -1,0 +1,45 @@
+"""`python -m hybridbatch_workloads.bench.warm_up`: compile on this machine, before any first
+run, what the benchmark's models need: hybridbatch's numba functions, the BLAS routing
+calibration (kernels/blas.py) and the fused kernels of W1 and CHILDSUM at their default sizes,
+each into its cache. The Makefile's install step runs it.
+
+W1 alone left functions uncompiled that only a child-sum tree's batches call (a lookup read
+inside a block, `plan._read_lookups`): CHILDSUM's first run compiled them in its first
+minibatch. The runs are short benchmark runs on one thread, as `python -m hybridbatch.bench`
+runs (it re-executes itself the same way), so the calibration stored is the one the
+benchmark looks up; their kernels compile in this process, so all are cached when it returns
+(a background worker could still be compiling when `make demo` starts).
+"""
+import contextlib
+import io
+import os
+import sys
+import time
+
+from .machine import THREAD_VARS
+
+WARMED = ("W1", "CHILDSUM")
+RUN = ["--instances", "8", "--warmup", "0", "--eager-instances", "8", "--eager-warmup", "0", "--repeats", "1",
+       "--gemm-repeats", "1", "--no-check", "--no-progress"]
+
+
+def main():
+    import hybridbatch as hb
+    from .cli import main as bench
+    for workload in WARMED:
+        t0 = time.perf_counter()
+        with hb.settings(compile_in_background=False), contextlib.redirect_stdout(io.StringIO()):
+            status = bench([workload, *RUN])
+        if status:
+            return status
+        print(f"warm-up: {workload} compiled and cached in {time.perf_counter() - t0:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    missing = [v for v in THREAD_VARS if v not in os.environ]
+    if missing:
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up"],
+                  dict(os.environ, **{v: "1" for v in missing}))
+    sys.exit(main())
