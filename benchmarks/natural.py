@@ -19,9 +19,10 @@ one run per natural model under every other policy of {--policy, hb.batching's d
 tail-last} counts batches against ED-Batch's lower bound (the rounds count them under
 --policy). With --cold, CHILDSUM's compile latency at --granularity: `python -m hybridbatch.bench CHILDSUM
 --cold` with HYBRIDBATCH_CACHE_DIR and NUMBA_CACHE_DIR in fresh folders (every numba function
-and fused kernel compiles), then again with the folders it filled (a new process, caches warm);
-each process's first --cold-instances against its later passes (which may still compile for
-arities the first instances lacked) and against the rounds' CHILDSUM block training median.
+and fused kernel compiles), in fresh folders after the install step's warm-up of W1 only (a
+cell the caches have never seen), and there again after the warm-up of CHILDSUM (what `make`
+leaves); each process's first --cold-instances against its own steady pass over the same
+instances (harness.run_cold_start).
 """
 import argparse
 import inspect
@@ -138,17 +139,31 @@ def _ratios(runs, pairs):
     return out
 
 
+COLD_CASES = (("empty_cache", "empty caches"), ("new_cell", "a new cell"), ("installed", "after install"))
+
+
+def _warm_up(args, workload, env):
+    """The install step's warm-up of one workload into the caches `env` names."""
+    cmd = [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up", workload]
+    subprocess.run(_pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **THREADS, **env),
+                   check=True, stdout=subprocess.DEVNULL)
+
+
 def _cold(args, tmp):
-    """CHILDSUM --cold with empty caches, then with the caches that run filled."""
-    caches = {"HYBRIDBATCH_CACHE_DIR": os.path.join(tmp, "kernels"), "NUMBA_CACHE_DIR": os.path.join(tmp, "numba")}
+    """CHILDSUM --cold in three states of the caches (COLD_CASES): both empty (every numba
+    function and kernel compiles); hybridbatch's functions compiled by W1's warm-up but the
+    child-sum cell never seen (its kernels compile); and after the install step's warm-up of
+    CHILDSUM too."""
     out = {}
-    for key in ("empty_cache", "warm_cache"):
+    for key, _ in COLD_CASES:
+        folder = os.path.join(tmp, "empty" if key == "empty_cache" else "installed")
+        caches = {"HYBRIDBATCH_CACHE_DIR": os.path.join(folder, "kernels"),
+                  "NUMBA_CACHE_DIR": os.path.join(folder, "numba")}
+        if key != "empty_cache":
+            _warm_up(args, "W1" if key == "new_cell" else "CHILDSUM", caches)
         cold_args = argparse.Namespace(**{**vars(args), "instances": args.cold_instances})
         out[key] = _bench(cold_args, "CHILDSUM", os.path.join(tmp, "cold.json"), args.policy,
                           granularity=args.granularity, extra=("--cold",), env=caches)
-    e, w = out["empty_cache"], out["warm_cache"]
-    out["compile_seconds_estimate"] = ((e["cold"]["seconds"] + e["next"]["seconds"])
-                                       - (w["cold"]["seconds"] + w["next"]["seconds"]))
     return out
 
 
@@ -161,7 +176,7 @@ def run(args):
             sentences = os.path.join(tmp, "sentences.json")
             _write_sentences(args, sentences)
         others = [p for p in dict.fromkeys([args.policy, args.default_policy, "tail-last"]) if p != args.policy]
-        total = args.rounds * sum(map(len, groups)) + len(others) * len(COUNTED) + 2 * args.cold
+        total = args.rounds * sum(map(len, groups)) + len(others) * len(COUNTED) + len(COLD_CASES) * args.cold
         bar = tqdm(total=total, desc="natural", unit="run", file=sys.stderr, dynamic_ncols=True, leave=False)
         runs = {label: [] for group in groups for label, _ in group}
         out = os.path.join(tmp, "run.json")
@@ -188,10 +203,7 @@ def run(args):
         if args.cold:
             bar.set_description_str("CHILDSUM cold start")
             cold = _cold(args, tmp)
-            steady = statistics.median(x["train"] for x in runs["CHILDSUM block"])
-            cold["empty_cache_first_over_rounds"] = cold["empty_cache"]["cold"]["throughput"] / steady
-            cold["warm_cache_first_over_rounds"] = cold["warm_cache"]["cold"]["throughput"] / steady
-            bar.update(2)
+            bar.update(len(COLD_CASES))
         bar.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -240,16 +252,12 @@ def format_report(rep):
     cold = rep.get("cold_start")
     if cold:
         lines += ["", f"CHILDSUM compile latency (training, {cfg['granularity']}, first {cfg['cold_instances']} instances of a process)"]
-        for key, name in (("empty_cache", "empty caches"), ("warm_cache", "caches filled")):
+        for key, name in COLD_CASES:
             c = cold[key]
             lines.append(f"  {name:<14} first {c['cold']['throughput']:8.1f} inst/s (first minibatch "
                          f"{c['cold']['first_minibatch_seconds']:6.2f} s), next {c['next']['throughput']:8.1f}, "
                          f"steady {c['steady']['throughput']:8.1f}: first / steady {c['cold_over_steady']:.3f}, "
                          f"next / steady {c['next_over_steady']:.3f}")
-        lines.append(f"  first {cfg['cold_instances']} / the rounds' CHILDSUM block training median: empty caches "
-                     f"{cold['empty_cache_first_over_rounds']:.3f}, caches filled {cold['warm_cache_first_over_rounds']:.3f}")
-        lines.append(f"  compiling took about {cold['compile_seconds_estimate']:.1f} s (first two passes, "
-                     f"empty caches minus filled)")
     return "\n".join(lines)
 
 

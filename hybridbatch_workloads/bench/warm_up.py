@@ -1,7 +1,7 @@
-"""`python -m hybridbatch_workloads.bench.warm_up`: compile on this machine, before any first
-run, what the benchmark's models need: hybridbatch's numba functions, the BLAS routing
+"""`python -m hybridbatch_workloads.bench.warm_up [WORKLOAD ...]`: compile on this machine,
+before any first run, what the benchmark's models need: hybridbatch's numba functions, the BLAS routing
 calibration (kernels/blas.py) and the fused kernels of W1 and CHILDSUM at their default sizes,
-each into its cache. The Makefile's install step runs it.
+each into its cache (or those of the workloads named). The Makefile's install step runs it.
 
 W1 alone left functions uncompiled that only a child-sum tree's batches call (a lookup read
 inside a block, `plan._read_lookups`): CHILDSUM's first run compiled them in its first
@@ -23,10 +23,10 @@ RUN = ["--instances", "8", "--warmup", "0", "--eager-instances", "8", "--eager-w
        "--gemm-repeats", "1", "--no-check", "--no-progress"]
 
 
-def main():
+def main(workloads=WARMED):
     import hybridbatch as hb
     from .cli import main as bench
-    for workload in WARMED:
+    for workload in workloads:
         t0 = time.perf_counter()
         with hb.settings(compile_in_background=False), contextlib.redirect_stdout(io.StringIO()):
             status = bench([workload, *RUN])
@@ -40,6 +40,6 @@ if __name__ == "__main__":
     missing = [v for v in THREAD_VARS if v not in os.environ]
     if missing:
         sys.stdout.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up"],
+        os.execve(sys.executable, [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up", *sys.argv[1:]],
                   dict(os.environ, **{v: "1" for v in missing}))
-    sys.exit(main())
+    sys.exit(main([w.upper() for w in sys.argv[1:]] or WARMED))
