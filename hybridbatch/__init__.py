@@ -17,6 +17,7 @@ from .train.parameter import Parameter
 from .train.parameter_dict import ParameterDict
 from .train.optim import Trainer
 from .record.scope import batching, Stats
+from .record.mapping import map
 from .config import settings, set_fusion, set_distinct_rows, set_plan_cache_size, set_blas, blas_library
 
 globals().update(_UNARY)      # hb.tanh, hb.exp, ...: one per unary elementwise op (api.UNARY)
@@ -24,7 +25,7 @@ globals().update(_UNARY)      # hb.tanh, hb.exp, ...: one per unary elementwise 
 __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", *_UNARY, "add_n", "concat", "slice", "split",
     "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax", "py_func", "Tensor",
-    "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching", "Stats",
+    "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching", "Stats", "map",
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows",
     "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",

@@ -40,6 +40,9 @@ class Tensor:
     def __float__(self):
         return float(self.asnumpy())
 
+    def __int__(self):
+        return int(self.asnumpy())
+
     def __bool__(self):
         """numpy's truth value; without it Python fell back to __len__ (a [0.0] was True)."""
         return bool(self.asnumpy())

@@ -33,7 +33,9 @@ class Future:
         return self.shape[0]
 
     def asnumpy(self):
-        """The value, as a new numpy array; flushes the scope's pending nodes first."""
+        """The value, as a new numpy array. A read: if the value is still pending it flushes
+        the scope, or inside hb.map suspends this instance until the map's next flush.
+        item(), int(), float(), bool() and <, <=, >, >= read the same way."""
         return self.scope.value(self.id)
 
     def item(self):
@@ -41,6 +43,13 @@ class Future:
 
     def __float__(self):
         return float(self.asnumpy())
+
+    def __int__(self):
+        return int(self.asnumpy())
+
+    def __bool__(self):
+        """numpy's truth value of the numbers (a read), as an eager Tensor's."""
+        return bool(self.asnumpy())
 
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self.asnumpy(), dtype=dtype)
@@ -51,10 +60,6 @@ class Future:
         Once per value, as in PyTorch: another call raises BackwardError, unless the call
         before it passed retain_graph=True; a call so allowed adds the same gradients again."""
         self.scope.backward(self.id, retain_graph)
-
-    def __bool__(self):
-        raise TypeError("the truth value of a Future is not known while recording; "
-                        "use .asnumpy() (or .item()) to read it")
 
     def __repr__(self):
         return f"Future(node={self.id}, shape={self.shape}, dtype={self.dtype.name})"

@@ -97,6 +97,15 @@ class Graph:
         self._first_call = {start: c0, len(self.type): len(self.sig)}   # this delta again, or the next
         return _ints(self.sig, c0), _ints(self.aux, c0), arg_ptr, _ints(self.args, a0)
 
+    def calls_until(self, stop):
+        """delta's arrays for the calls of nodes [0, stop), stop a node where a flush ended:
+        the whole graph flushed so far, without moving where the next delta starts."""
+        c = self._first_call[stop]
+        arg_ptr = np.zeros(c + 1, np.int64)
+        arg_ptr[1:] = _ints(self.arg_end[:c], 0)
+        return (_ints(self.sig[:c], 0), _ints(self.aux[:c], 0), arg_ptr,
+                _ints(self.args[:arg_ptr[-1]], 0))
+
 
 def _ints(values, start):
     """values[start:] (a list of ints) as an int64 array."""

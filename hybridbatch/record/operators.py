@@ -10,7 +10,8 @@ import numpy as np
 
 def install(cls, api, named=False):
     """named: cls is a named container (Parameter), kept in lists and compared by identity;
-    on values (Future, Tensor) `==` and `!=` raise."""
+    on values (Future, Tensor) `==` and `!=` raise, and `<`, `<=`, `>`, `>=` read the
+    numbers and compare them as numpy does (a read: see Future.asnumpy)."""
     def binary(fn):
         return lambda self, other: fn(self, other)
 
@@ -33,6 +34,10 @@ def install(cls, api, named=False):
     cls.__array_priority__ = 1000   # ndarray op handle -> our reflected operator
     if not named:
         cls.__eq__ = cls.__ne__ = _refuse_comparison
+        cls.__lt__ = lambda self, other: self.asnumpy() < _numbers(other)
+        cls.__le__ = lambda self, other: self.asnumpy() <= _numbers(other)
+        cls.__gt__ = lambda self, other: self.asnumpy() > _numbers(other)
+        cls.__ge__ = lambda self, other: self.asnumpy() >= _numbers(other)
         cls.__hash__ = object.__hash__  # handles stay usable as dict keys and set members
     # numpy functions refuse handles (TypeError): np.tanh(W @ x) read the value through
     # __array__, silently dropping W's gradient, and np.sum(W) returned W itself; so did
@@ -47,6 +52,11 @@ def _refuse_comparison(value, other):
     raise TypeError(f"== and != on a {type(value).__name__} would compare the handles, not their numbers: "
                     f"read the numbers first (.asnumpy()) to compare them, or use `is` to ask whether "
                     f"two handles are the same")
+
+
+def _numbers(other):
+    """An operand of <, <=, >, >= as numbers: a value handle is read (as numpy would)."""
+    return other.asnumpy() if hasattr(other, "asnumpy") else other
 
 
 def _refuse_numpy_function(value, func, types, args, kwargs):

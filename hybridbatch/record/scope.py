@@ -20,7 +20,7 @@ from ..hybrid.granularity import choose_granularity
 from .graph import Graph, Growable
 from ..ops.shape import Input, ParamRead
 from ..train.parameter import Parameter
-from ..runtime.plan import Plan
+from ..runtime.plan import Plan, graph_lower_bound
 from ..schedule import get_policy
 from ..hybrid.arguments import BlockInt
 from ..runtime import backend
@@ -41,6 +41,13 @@ GRANULARITIES = ("op", "block", "auto")
 _CAPTURED = ("a hybridized block's forward read a value computed outside it (a closure, global or attribute); "
              "a trace would keep it as a constant, without its gradient: pass it to the block as an argument")
 
+# A trace records one program for every later call: a branch on a value read while tracing
+# would bake one instance's value into all of them.
+_READ_IN_TRACE = ("a hybridized block's forward, while traced, cannot read a value (asnumpy(), item(), float(), "
+                  "a comparison): the trace records ops for every later call and cannot depend on one call's "
+                  "numbers; return the value from forward and read it outside the block (inside hb.map the "
+                  "read then batches)")
+
 
 def current():
     """The batching scope recording on this thread, or None (eager mode)."""
@@ -54,6 +61,7 @@ class Stats:
     batches: int
     lower_bound: int
     flushes: int
+    forced_flushes: int     # of `flushes`, those a read of a pending value forced
     record_seconds: float
     schedule_seconds: float
     execute_seconds: float
@@ -68,6 +76,10 @@ class Stats:
 
 class batching:
     """A recording scope. See the module docstring; `stats` reports after a flush."""
+
+    suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
+    forced_flushes = 0      # flushes that reads of pending values forced
+    _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
 
     def __init__(self, policy="tail-last", granularity="op", check_numerics=False):
         if granularity not in GRANULARITIES:
@@ -275,10 +287,22 @@ class batching:
 
     def value(self, nid):
         """A copy of node nid's value, flushing first if it is still pending."""
+        reader = _local.scope
+        if reader is not None and reader.tracing:
+            raise ScopeError(_READ_IN_TRACE)
         self._check_usable()
         if nid >= self.flushed:
-            self.forward()
+            self.await_flush()
         return backend.to_numpy(self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]).copy()
+
+    def await_flush(self):
+        """The flush a read of a pending value needs. Inside an hb.map instance, the
+        instance suspends instead, until the map's driver flushes for every instance."""
+        if self.suspend is not None and self.suspend():
+            return
+        if self.flushed < len(self.graph):
+            self.forced_flushes += 1
+        self.forward()
 
     def backward(self, nid, retain_graph=False):
         """Gradients of scalar node nid into the Parameters it depends on (Future.backward)."""
@@ -331,14 +355,22 @@ class batching:
         return Stats(
             nodes=sum(p.n_executed for p in self.plans),
             batches=sum(p.n_batches for p in self.plans),
-            lower_bound=sum(p.lower_bound() for p in self.plans),
+            lower_bound=self._lower_bound(),
             flushes=len(self.plans),
+            forced_flushes=self.forced_flushes,
             record_seconds=max(inside - t["busy_inside"], 0.0),
             schedule_seconds=t["schedule"],
             execute_seconds=t["execute"],
             backward_seconds=t["backward"],
             plan_cache_hits=sum(p.cache_hit for p in self.plans),
         )
+
+    def _lower_bound(self):
+        """ED-Batch's bound over every flushed node of the scope, as one graph: summed per
+        flush it counted every flush a read forced as if nothing could batch across it."""
+        if self._bound[0] != self.flushed:
+            self._bound = (self.flushed, graph_lower_bound(self.graph, self.flushed))
+        return self._bound[1]
 
 
 def tracing():

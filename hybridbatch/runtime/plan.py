@@ -17,6 +17,7 @@ from ..ops.index import Lookup
 from ..ops.shape import Input, Output
 from .plan_cache import CACHE
 from ..schedule import GraphView, lower_bound
+from ..schedule.lower_bound import _lower_bound
 from .type_keys import type_keys
 from . import backend, memory
 from ..record import signature
@@ -123,6 +124,19 @@ def _nodes(calls, start):
     for s, e in enumerate(extras):
         extra_sig[s, :len(e)] = e
     return _expand_calls(*calls, start, local, n_extra, extra_sig)
+
+
+def graph_lower_bound(graph, stop):
+    """ED-Batch's bound (schedule.lower_bound) over nodes [0, stop) of graph as one graph,
+    whatever flushes they ran in; stop is where a flush ended."""
+    if not stop:
+        return 0
+    sig, _, arg_ptr, args = _nodes(graph.calls_until(stop), 0)
+    usig, sig_local = _compact(sig, len(signature.SIGS))
+    ops = [signature.SIGS[s].op for s in usig.tolist()]
+    executable = np.array([op.executed for op in ops], np.bool_)[sig_local]
+    unbatchable = np.array([not op.batchable for op in ops], np.bool_)
+    return int(_lower_bound(sig_local, executable, unbatchable, arg_ptr, args, len(ops)))
 
 
 @njit(cache=True)

@@ -1,0 +1,121 @@
+"""hb.map: per-instance code that reads values, run so that its ops still batch.
+
+Inside a batching scope each instance runs as a greenlet. A read of a value still pending
+(`asnumpy()`, `item()`, `int()`, `float()`, `bool()`, `<`, ...) switches from the reading
+instance back to the map's driver instead of flushing. Once every live instance has
+suspended or finished, the driver flushes once, which computes all their pending nodes
+together, and resumes each suspended instance, whose read then finds its value computed.
+A read in an instance thus costs one flush per round of reads, not one per instance.
+
+The driver of a map nested in an instance is itself an instance of the outer map: its
+flush suspends to the outer driver, so the inner instances batch with the outer ones.
+"""
+from .scope import _local
+
+try:
+    from greenlet import greenlet, getcurrent
+except ImportError:         # an optional extra: hb.map outside a scope is a plain loop
+    greenlet = None
+
+
+def map(fn, instances):
+    """[fn(x) for x in instances], with reads inside fn suspending instead of flushing.
+
+    Outside a batching scope (or inside a traced block forward) it is that plain loop.
+    Inside one, every instance's reads of pending values are served by shared flushes
+    (module docstring). An exception raised by an instance is raised here, at its own
+    line, once the other instances have run to their end; a note names the instance, and
+    the exception's `map_results` holds every instance's result (None where one raised)
+    and `map_errors` every failing instance's exception by index. An exception that is
+    not an Exception (KeyboardInterrupt, SystemExit), or a failed flush, stops every
+    other instance (GreenletExit raised at its suspended read) and is raised at once.
+    """
+    scope = _local.scope
+    if scope is None or scope.tracing:
+        return [fn(x) for x in instances]
+    if greenlet is None:
+        raise ImportError("hb.map inside a batching scope runs each instance as a greenlet, and greenlet is not "
+                          "installed: pip install hybridbatch[map]")
+    return _Map(scope, fn, list(instances)).run()
+
+
+class _Instance(greenlet if greenlet is not None else object):
+    """One instance's greenlet; `driver` is the greenlet its reads switch to."""
+
+
+def _suspend():
+    """The scope's read hook while a map runs (batching.await_flush): switch the reading
+    instance to its driver, back once the driver has flushed. False when the reader is
+    not a map instance (the caller flushes itself)."""
+    current = getcurrent()
+    if current.__class__ is not _Instance:
+        return False
+    current.driver.switch()
+    return True
+
+
+class _Map:
+    def __init__(self, scope, fn, instances):
+        self.scope, self.fn, self.instances = scope, fn, instances
+
+    def run(self):
+        scope = self.scope
+        enclosing, scope.suspend = scope.suspend, _suspend
+        driver = getcurrent()
+        fn, instances = self.fn, self.instances
+        lets = []
+        for x in instances:
+            g = _Instance(lambda x=x: fn(x))
+            g.driver = driver
+            lets.append(g)
+        results = [None] * len(lets)
+        errors = {}
+        try:
+            ready = range(len(lets))
+            while ready:
+                suspended = []
+                for i in ready:
+                    g = lets[i]
+                    try:
+                        out = g.switch()
+                    except Exception as e:
+                        errors[i] = e
+                        continue
+                    if g.dead:
+                        results[i] = out
+                    else:
+                        suspended.append(i)
+                if suspended:
+                    scope.await_flush()
+                ready = suspended
+        except BaseException:
+            for g in lets:
+                if not g.dead:
+                    try:
+                        g.throw()       # GreenletExit at its read: its `finally` blocks run
+                    except Exception:   # a cleanup's failure: the exception that stopped the map is raised
+                        pass
+            raise
+        finally:
+            scope.suspend = enclosing
+        if errors:
+            raise self._first_error(errors, results)
+        return results
+
+    def _first_error(self, errors, results):
+        """The first failing instance's exception, with notes naming it and the others."""
+        (i, e), *others = errors.items()
+        n = len(self.instances)
+        e.add_note(f"raised by hb.map instance {i} of {n}: {_short(self.instances[i])}")
+        note = ("the other instances ran to their end: this exception's map_results holds every result "
+                "(None where an instance raised), map_errors each failing instance's exception by index")
+        if others:
+            note += f"; instances {', '.join(str(j) for j, _ in others)} raised too"
+        e.add_note(note)
+        e.map_results, e.map_errors = results, errors
+        return e
+
+
+def _short(x, limit=80):
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
