@@ -42,6 +42,7 @@ import numpy as np
 
 from hybridbatch.config import settings
 from hybridbatch.train.optim import Trainer
+from hybridbatch.record.mapping import map as hb_map
 from hybridbatch.record.scope import batching
 from . import machine
 from .registry import DEFAULT_GRANULARITY, make_workload
@@ -295,7 +296,7 @@ def _summarize(runs, n_instances, batch, flops_per_run, gemm_fps_runs):
 def _check(wl, instances, cfg):
     """Batched vs eager loss of the same instances with the same parameters (no update)."""
     with batching(policy=cfg.policy, granularity=cfg.granularity):
-        batched = [wl.loss(x) for x in instances]
+        batched = hb_map(wl.loss, instances)
     b = np.array([f.item() for f in batched], np.float64)
     e = np.array([wl.loss(x).item() for x in instances], np.float64)
     diff = np.abs(b - e)

@@ -6,7 +6,7 @@ those calls run eagerly or inside `hb.batching()`.
 """
 import numpy as np
 
-from hybridbatch import api as hb
+import hybridbatch as hb
 
 
 class Workload:
