@@ -34,7 +34,8 @@ def main():
                     help="256 gives docs/workloads.md sizes (word 100, POS 25, BiLSTM 200, MLP 100); others scale them")
     ap.add_argument("--limit", type=int_at_least(0), default=1000, help="training sentences (0: all)")
     ap.add_argument("--dev", type=int_at_least(0), default=300, help="held-out sentences (0: all)")
-    ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam's learning rate, as BIST")
+    ap.add_argument("--lr", type=positive_float, default=1e-3,
+                    help="Adam's learning rate, as BIST (SGD on the hinge loss diverges)")
     ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
 
