@@ -4,6 +4,7 @@ piece of the model eagerly or batched.
 
 Import it first: the thread settings must be in place before numpy loads its BLAS.
 """
+import argparse
 import os
 import sys
 import time
@@ -11,6 +12,8 @@ import time
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch_workloads.cli_args import policy_arg  # noqa: E402
@@ -53,12 +56,68 @@ def run(fn, mode, policy=DEFAULT_POLICY, granularity="block"):
 
 def train_epoch(loss_of, trainer, items, args, rng):
     """One pass over items in shuffled minibatches of args.batch: the summed loss of each
-    minibatch (args.mode, args.policy, args.granularity), backward, a Trainer step.
+    minibatch (args.mode, args.policy, args.granularity), backward, a Trainer step. The
+    instances run through hb.map, so a model that reads values as it runs still batches.
     Returns (total loss, seconds)."""
     total, start = 0.0, time.perf_counter()
     for batch in minibatches(items, args.batch, rng):
-        loss = run(lambda: hb.add_n([loss_of(x) for x in batch]), args.mode, args.policy, args.granularity)
+        loss = run(lambda: hb.add_n(hb.map(loss_of, batch)), args.mode, args.policy, args.granularity)
         loss.backward()
         trainer.step(len(batch))
         total += loss.item()
     return total, time.perf_counter() - start
+
+
+def add_compare_arg(ap):
+    ap.add_argument("--compare", action="store_true",
+                    help="train and evaluate eagerly, then batched, from the same seed, and say whether "
+                         "their losses and predictions agree")
+
+
+def _agree(a, b):
+    """Predictions agree: equal, or arrays equal up to float32 summation order."""
+    if isinstance(a, np.ndarray):
+        return np.allclose(a, b, rtol=1e-4, atol=1e-5)
+    return a == b
+
+
+def train_reading_workload(make_workload, args, metric, optimizer, options):
+    """Train and evaluate a workload that reads values as it runs (a
+    `hybridbatch_workloads.bench.workload.ReadingWorkload`): per epoch, its training loss
+    (instances through hb.map, as in train_epoch) and the `metric` of its predictions on the
+    held-out instances. With --compare, in both modes from fresh models of the same seed."""
+    outcome = {}
+    for mode in ("eager", "batched") if args.compare else (args.mode,):
+        margs = argparse.Namespace(**{**vars(args), "mode": mode})
+        workload = make_workload()
+        workload.hybridize()
+        train, dev = workload.train_instances(), workload.dev_instances()
+        trainer = hb.Trainer(workload.parameters(), optimizer, options)
+        rng = np.random.default_rng(args.seed)
+        losses, predictions = [], []
+        for epoch in range(1, args.epochs + 1):
+            total, seconds = train_epoch(workload.loss, trainer, train, margs, rng)
+            start, predictions, right, count = time.perf_counter(), [], 0, 0
+            for i in range(0, len(dev), args.batch):
+                batch = dev[i:i + args.batch]
+                found = run(lambda: workload.predict_minibatch(batch), mode, args.policy, args.granularity)
+                for x, p in zip(batch, found):
+                    p = workload.read_prediction(p)
+                    r, n = workload.score(x, p)
+                    predictions.append(p)
+                    right, count = right + r, count + n
+            decode_seconds = time.perf_counter() - start
+            losses.append(total / len(train))
+            print(f"{mode} epoch {epoch}: loss {losses[-1]:.4f} per instance, {len(train) / seconds:.1f} "
+                  f"instances/s; dev {metric} {right / max(count, 1):.4f} ({len(dev) / decode_seconds:.1f} "
+                  f"instances/s)", flush=True)
+        outcome[mode] = losses, predictions
+    if args.compare:
+        (eager_losses, eager_out), (batched_losses, batched_out) = outcome["eager"], outcome["batched"]
+        same_losses = np.allclose(batched_losses, eager_losses, rtol=1e-4)
+        differ = sum(not _agree(a, b) for a, b in zip(eager_out, batched_out))
+        if same_losses and not differ:
+            print("eager and batched agree: training losses and every held-out prediction")
+        else:
+            print(f"eager and batched differ: losses {eager_losses} vs {batched_losses}, "
+                  f"{differ} of {len(eager_out)} held-out predictions")

@@ -43,6 +43,7 @@ import numpy as np
 from hybridbatch.config import settings
 from hybridbatch.kernels import compiling
 from hybridbatch.train.optim import Trainer
+from hybridbatch.record.mapping import map as hb_map
 from hybridbatch.record.scope import batching
 from hybridbatch.schedule import DEFAULT_POLICY
 from . import machine
@@ -124,22 +125,16 @@ def _minibatches(seq, size):
     return [seq[i:i + size] for i in range(0, len(seq), size)]
 
 
-def _handles(pred):
-    """predict() may return one handle or a list of them."""
-    return [pred] if hasattr(pred, "asnumpy") else list(pred)
-
-
 # ---------------------------------------------------------------------------------------------
 # one pass over a list of instances, in each mode
 # ---------------------------------------------------------------------------------------------
 
 def _score(wl, mb, values, tally):
-    """Add one minibatch's predictions (argmax of each logits value) to tally = [correct,
-    total], against the workload's gold labels."""
+    """Add one minibatch's read predictions to tally = [correct, total] (the workload's score)."""
     for x, vs in zip(mb, values):
-        for v, g in zip(vs, wl.gold(x)):
-            tally[0] += int(np.argmax(v)) == int(g)
-            tally[1] += 1
+        correct, total = wl.score(x, vs)
+        tally[0] += correct
+        tally[1] += total
 
 
 def _accuracy(tally):
@@ -192,9 +187,9 @@ def infer_batched(wl, instances, cfg, bar):
     for mb in _minibatches(instances, cfg.batch):
         t0 = time.perf_counter()
         with batching(policy=cfg.policy, granularity=cfg.granularity) as scope:
-            handles = [_handles(wl.predict(x)) for x in mb]
+            predictions = wl.predict_minibatch(mb)
         t1 = time.perf_counter()
-        values = [[h.asnumpy() for h in hs] for hs in handles]
+        values = [wl.read_prediction(p) for p in predictions]
         t2 = time.perf_counter()
         wall += t2 - t0
         _add_scope_stats(t, c, scope.stats)
@@ -242,9 +237,9 @@ def infer_eager(wl, instances, cfg, bar):
         values = []
         for x in mb:
             a = time.perf_counter()
-            hs = _handles(wl.predict(x))
+            p = wl.predict(x)
             b = time.perf_counter()
-            values.append([h.asnumpy() for h in hs])
+            values.append(wl.read_prediction(p))
             fwd += b - a
             read += time.perf_counter() - b
         wall += time.perf_counter() - t0
@@ -303,7 +298,7 @@ def _summarize(runs, n_instances, batch, flops_per_run, gemm_fps_runs):
 def _check(wl, instances, cfg):
     """Batched vs eager loss of the same instances with the same parameters (no update)."""
     with batching(policy=cfg.policy, granularity=cfg.granularity):
-        batched = [wl.loss(x) for x in instances]
+        batched = hb_map(wl.loss, instances)
     b = np.array([f.item() for f in batched], np.float64)
     e = np.array([wl.loss(x).item() for x in instances], np.float64)
     diff = np.abs(b - e)

@@ -1,5 +1,6 @@
 """Workload names (W1 ... W6; W4 is three models; the plain formulations W1-NATURAL and W2-NATURAL,
-and CHILDSUM) -> Workload classes, imported only when asked for.
+and CHILDSUM; the workloads that read values as they run, W9, W8-GATE and BEAM) -> Workload
+classes, imported only when asked for.
 
 Names are upper case: the command line and `Config` upper-case what the user types."""
 from __future__ import annotations
@@ -19,13 +20,17 @@ WORKLOADS = {
     "W1-NATURAL": ("hybridbatch_workloads.bench.workload_natural", "W1Natural"),
     "W2-NATURAL": ("hybridbatch_workloads.bench.workload_natural", "W2Natural"),
     "CHILDSUM": ("hybridbatch_workloads.bench.workload_natural", "ChildSum"),
+    "W9": ("hybridbatch_workloads.bench.workload_reading", "W9Parser"),
+    "W8-GATE": ("hybridbatch_workloads.bench.workload_reading", "W8Gate"),
+    "BEAM": ("hybridbatch_workloads.bench.workload_reading", "Beam"),
 }
 
 # granularity used when the command line names none: every tree node, recurrent step, lattice
 # cell and per-step output of these models is one hybridized block call
 DEFAULT_GRANULARITY = {"W1": "block", "W2": "block", "W3": "block", "W4-TREEGRU": "block",
                        "W4-2TYPE": "block", "W4-MVRNN": "block", "W5": "block", "W6": "block",
-                       "W1-NATURAL": "block", "W2-NATURAL": "block", "CHILDSUM": "block"}
+                       "W1-NATURAL": "block", "W2-NATURAL": "block", "CHILDSUM": "block",
+                       "W9": "block", "W8-GATE": "block", "BEAM": "block"}
 
 
 class UnknownWorkload(LookupError):

@@ -4,7 +4,9 @@ A workload owns its data (real files from `data_dir`, else its synthetic generat
 vocabulary and its model, and exposes the model per instance: the harness decides whether
 those calls run eagerly or inside `hb.batching()`.
 """
-from hybridbatch import api as hb
+import numpy as np
+
+import hybridbatch as hb
 
 
 class Workload:
@@ -39,6 +41,20 @@ class Workload:
         """Handles whose values are the instance's logits (one per predicted item)."""
         raise NotImplementedError
 
+    def predict_minibatch(self, instances):
+        """predict() of every instance, run in the caller's mode (inside a scope: recorded)."""
+        return [self.predict(x) for x in instances]
+
+    def read_prediction(self, prediction):
+        """The values of what predict() returned: one logits array per predicted item."""
+        return [h.asnumpy() for h in ([prediction] if hasattr(prediction, "asnumpy") else prediction)]
+
+    def score(self, instance, values):
+        """(correct, total) of one instance's read prediction: the argmax of each logits
+        array against the gold label."""
+        gold = self.gold(instance)
+        return sum(int(np.argmax(v)) == int(g) for v, g in zip(values, gold)), len(gold)
+
     def gold(self, instance):
         """The instance's gold labels, in the order of predict()."""
         raise NotImplementedError
@@ -56,6 +72,26 @@ class Workload:
 
         Training is counted as 3x this (forward, and two products per matmul backward).
         """
+        raise NotImplementedError
+
+
+class ReadingWorkload(Workload):
+    """A workload whose per-instance code reads values as it runs (a parser's transition
+    scores, a gate, a beam's log-probabilities) and decides on them. A read inside a scope
+    would flush the scope for that one instance, so the minibatch runs through `hb.map`:
+    inside a scope, every instance runs until it reads, and one flush computes the reads of
+    all of them; outside, a plain loop. predict() returns the decoded output itself."""
+
+    def minibatch_loss(self, instances):
+        return hb.add_n(hb.map(self.loss, instances))
+
+    def predict_minibatch(self, instances):
+        return hb.map(self.predict, instances)
+
+    def read_prediction(self, prediction):
+        return prediction
+
+    def score(self, instance, values):
         raise NotImplementedError
 
 
