@@ -264,8 +264,8 @@ def test_optimizer_instance_is_accepted():
 # -- errors ----------------------------------------------------------------------------
 
 def test_unknown_optimizer_name():
-    with pytest.raises(ValueError, match=r"unknown optimizer 'rmsprop'.*adagrad.*adam.*sgd"):
-        hb.Trainer([param("w", [1.0])], "rmsprop")
+    with pytest.raises(ValueError, match=r"unknown optimizer 'lamb'.*adagrad.*adam.*rmsprop.*sgd"):
+        hb.Trainer([param("w", [1.0])], "lamb")
 
 
 def test_unknown_option_names():

@@ -1,3 +1,6 @@
 """Training: Parameters (shared weights and their gradients), ParameterDict (named sets,
-saving and loading) and the optimizers behind `hb.Trainer`.
+saving and loading), the optimizers behind `hb.Trainer` and its learning-rate schedules.
 """
+from .lr_schedule import Schedule, StepSchedule, CosineSchedule, WarmUp
+
+__all__ = ["Schedule", "StepSchedule", "CosineSchedule", "WarmUp"]

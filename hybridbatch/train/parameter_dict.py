@@ -136,21 +136,7 @@ class ParameterDict:
 
         The file is written to exactly `path` (no suffix added), atomically.
         """
-        path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix=".paramdict-", suffix=".npz", dir=directory)
-        try:
-            with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-                for name, p in self._params.items():
-                    with zf.open(name + ".npy", "w", force_zip64=True) as entry:
-                        # order="C", not ascontiguousarray: that makes a 0-d parameter 1-d
-                        np.lib.format.write_array(entry, np.asarray(backend.to_numpy(p.data), order="C"),
-                                                  allow_pickle=False)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_npz(path, {name: p.data for name, p in self._params.items()})
 
     def load(self, path, allow_missing=False, ignore_extra=False):
         """Set every parameter's data from an .npz archive written by `save`.
@@ -194,6 +180,26 @@ class ParameterDict:
     def __repr__(self):
         body = ", ".join(f"{n}: {p.shape}" for n, p in self._params.items())
         return f"ParameterDict(prefix={self.prefix!r}, {{{body}}})"
+
+
+def write_npz(path, arrays):
+    """Write arrays (name -> numpy or backend array) to exactly `path` as an .npz archive
+    (np.savez would append .npz to another name), atomically, without pickles."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".npz-", suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, value in arrays.items():
+                with zf.open(name + ".npy", "w", force_zip64=True) as entry:
+                    # order="C", not ascontiguousarray: that makes a 0-d array 1-d
+                    np.lib.format.write_array(entry, np.asarray(backend.to_numpy(value), order="C"),
+                                              allow_pickle=False)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _tied_conflicts(params, cast):
