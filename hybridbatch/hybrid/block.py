@@ -154,10 +154,10 @@ class HybridBlock(Block):
             if granularity == "block":
                 return self._record_call(scope, args)
             if granularity == "auto":
-                calls = scope.auto_calls
-                calls[self] = calls.get(self, 0) + 1
                 if not self.auto_inline:
                     return self._record_call(scope, args)
+                calls = scope.auto_calls        # inlined, the plan cannot count them
+                calls[self] = calls.get(self, 0) + 1
         if not self._active or (scope is not None and scope.tracing):
             return self.forward(*args)      # plain, or inlined into an enclosing trace
         handles, key, ints = [], [], []

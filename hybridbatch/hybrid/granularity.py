@@ -61,18 +61,22 @@ class AutoChoice:
         return self.inline
 
 
-def choose_granularity(plan, calls, seconds):
-    """After a flush of an "auto" scope: give every hybridized block called in it
-    (`calls`: block -> calls in this flush) the flush's cost per call (`seconds` for the
-    whole flush) and set its choice (`block.auto_inline`) from the evidence so far."""
+def choose_granularity(plan, inlined_calls, seconds):
+    """After a flush of an "auto" scope: give every hybridized block called in it the
+    flush's cost per call (`seconds` for the whole flush) and set its choice
+    (`block.auto_inline`) from the evidence so far. A block run whole is found, with its
+    calls, in the plan's batches; an inlined one leaves none, so its calls are counted as
+    they are made (`inlined_calls`: block -> calls in this flush)."""
     seen = {}
     for b, size in enumerate(plan.sizes):
-        owner = signature.SIGS[plan.recorded_sig(b)].op.owner_block    # as recorded, not as run
+        sig = plan.recorded_sig(b)      # as recorded, not as run
+        owner = signature.SIGS[sig].op.owner_block
         if owner is not None:
             sizes, sigs = seen.setdefault(owner, ([], set()))
             sizes.append(size)
-            sigs.add(plan.recorded_sig(b))
-    for block, n in calls.items():
-        sizes, sigs = seen.get(block, ((), ()))
+            sigs.add(sig)
+    for block, (sizes, sigs) in seen.items():
         poorly = len(sigs) >= 2 and statistics.median(sizes) < settings.auto_min_batch
-        object.__setattr__(block, "auto_inline", block.auto_choice.observe(seconds / n, poorly))
+        object.__setattr__(block, "auto_inline", block.auto_choice.observe(seconds / sum(sizes), poorly))
+    for block, n in inlined_calls.items():
+        object.__setattr__(block, "auto_inline", block.auto_choice.observe(seconds / n, False))

@@ -98,7 +98,7 @@ class batching:
         self._thread = threading.current_thread()   # the recording one: set again on entering
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
         self._entered = self._exited = None
-        self.auto_calls = {}        # granularity "auto": hybridized block -> its calls since the last flush
+        self.auto_calls = {}        # granularity "auto": inlined block -> its calls since the last flush
         self._since = None          # when the work the next flush ends began (granularity "auto")
 
     # -- scope protocol ---------------------------------------------------------------
@@ -276,7 +276,7 @@ class batching:
         try:
             run_forward(plan, self.arenas, backend.xp(), self.graph.origin)
             self.flushed = plan.stop    # once computed: another thread may read values below it
-            if self.auto_calls:
+            if self.granularity == "auto":
                 done = time.perf_counter()
                 choose_granularity(plan, self.auto_calls, done - (self._since or t0))
                 self.auto_calls = {}
