@@ -53,7 +53,16 @@ def _exact(v):
 
 
 def _scalar_affine(x, a, c):
-    return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(_exact(a), _exact(c)))
+    """a * x + c for Python numbers a, c. Recorded in a scope (outside a traced forward) on
+    a float operand, the numbers are the node's operand, so calls with different numbers
+    batch (ops/elementwise.py, ScalarAffineOperand); elsewhere they are the op's attributes,
+    baked into a trace's kernels."""
+    a, c = _exact(a), _exact(c)
+    scope = _local.scope
+    if scope is not None and not scope.tracing and getattr(getattr(x, "dtype", None), "kind", "") == "f":
+        scalars = np.array([a, c if c or c.__class__ is float else -0.0], dtype=x.dtype)
+        return scope.record(E.ScalarAffineOperand, (x, scope.constant(scalars)))
+    return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(a, c))
 
 
 def add(a, b):

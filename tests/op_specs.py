@@ -64,6 +64,11 @@ class Spec:
     ref: Callable                            # (numpy arrays, d, aux) -> numpy array
     aux: Optional[Callable] = None           # (rng, d) -> int, drawn per instance
     batchable: bool = True
+    scope_op: Optional[str] = None           # the op the call records in a scope, where not `op`
+
+    @property
+    def recorded_op(self):
+        return self.scope_op or self.op
 
     def shapes(self, d):
         return [f(d) for f, _ in self.operands]
@@ -95,7 +100,8 @@ for _name, _ref, _dom in UNARY:
          (lambda name: lambda xs, d, a: getattr(hb, name)(xs[0]))(_name),
          (lambda f: lambda xs, d, a: f(xs[0]))(_ref))
 
-# Python scalars: the scalar_affine op (a * x + c)
+# Python scalars: the scalar_affine op (a * x + c); in a scope, on these float values, the
+# numbers are the node's operand instead (scalar_affine_operand, below)
 for _id, _call, _ref in [
         ("scalar_mul", lambda x: x * 2.5, lambda x: x * 2.5),
         ("scalar_rmul", lambda x: -1.5 * x, lambda x: -1.5 * x),
@@ -107,7 +113,13 @@ for _id, _call, _ref in [
         ("scalar_np", lambda x: hb.mul(x, np.float32(3.0)), lambda x: x * 3.0),
         ("scalar_add_int", lambda x: hb.add(2, x), lambda x: x + 2.0)]:
     spec(_id, "scalar_affine", _rank_any, [(_same("s"), "any")],
-         (lambda c: lambda xs, d, a: c(xs[0]))(_call), (lambda r: lambda xs, d, a: r(xs[0]))(_ref))
+         (lambda c: lambda xs, d, a: c(xs[0]))(_call), (lambda r: lambda xs, d, a: r(xs[0]))(_ref),
+         scope_op="scalar_affine_operand")
+# Python numbers that differ per instance (x - top): recorded in a scope as the node's
+# operand (ScalarAffineOperand, a 2-vector [a, c]) so that the instances still batch
+spec("scalar_affine_operand", "scalar_affine_operand", _rank_any, [(_same("s"), "any"), (lambda d: (2,), "any")],
+     lambda xs, d, a: hb.api.apply(hb.ops.elementwise.ScalarAffineOperand, (xs[0], xs[1])),
+     lambda xs, d, a: xs[0] * xs[1][0] + xs[1][1])
 
 
 # binary elementwise ops with per-instance numpy broadcasting

@@ -207,7 +207,7 @@ def check_batched_equals_eager(case, policy):
 
     # the op under test really ran batched: one batch for all instances (py_func: one each)
     where = batch_of(scope)
-    assert all(signature.SIGS[scope.graph.sig[o.id]].op.name == case.spec.op for o in outs), msg
+    assert all(signature.SIGS[scope.graph.sig[o.id]].op.name == case.spec.recorded_op for o in outs), msg
     batches = {where[o.id] for o in outs}
     assert len(batches) == (1 if case.spec.batchable else len(outs)), (msg, batches)
     st = scope.stats

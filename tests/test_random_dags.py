@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import hybridbatch as hb
 from hybridbatch.kernels import blas, few_rows
 from hybridbatch.ops import OPS
+from hybridbatch.record import signature
 from op_specs import UNARY as UNARY_SPECS
 
 POLICIES = ("agenda", "depth", "tail-last")
@@ -446,6 +447,10 @@ def test_build_covers_every_registered_op():
     # never user-called: multi-output plumbing, and the classifier loss that block programs
     # fold (its property test is in test_affine_loss.py)
     registered = {op.name for op in OPS} - {"output", "affine_pick_neg_log_softmax"}
+    # eager mode records a Python number's scalar_affine; a scope, scalar_affine_operand
+    with hb.batching() as scope:
+        build(np.random.default_rng(0), PARAMS)
+    used |= {signature.SIGS[s].op.name for s in scope.graph.sig}
     assert registered - used == set(), f"ops never exercised by the random DAGs: {registered - used}"
 
 

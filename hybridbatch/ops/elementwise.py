@@ -195,6 +195,50 @@ class ScalarAffine(_Unary):
         return f"{x} * {a} + {c}", [a]
 
 
+@register
+class ScalarAffineOperand(Op):
+    """y = a * x + c with (a, c) a node's own operand, a 2-vector of x's dtype: what
+    `x * s`, `x - s`, ... record at scope level for a float x and a Python number s. As an
+    attribute (ScalarAffine) each distinct number would be a signature of its own, so
+    per-instance numbers read from values (`scores - top`) would never batch and would
+    intern a signature per value. c is -0.0 where no shift is asked for (x * 2), which
+    leaves every x as it is (-0.0 included), so the result is ScalarAffine's bit for bit."""
+    name = "scalar_affine_operand"
+    zero_exact = True
+
+    def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes[:1], dtypes[:1])
+        check(shapes[1] == (2,) and dtypes[1] == dtypes[0], self.name, shapes,
+              "the scalars are a 2-vector of the operand's dtype")
+        return shapes[0], dtypes[0]
+
+    @staticmethod
+    def _scalars(sig, s):
+        """a and c, shaped to broadcast against the (B,)+shape batch."""
+        if sig.shared[1]:
+            return s[0], s[1]
+        shape = (s.shape[0],) + (1,) * len(sig.out_shape)
+        return s[:, 0].reshape(shape), s[:, 1].reshape(shape)
+
+    def forward(self, xp, sig, xs, aux):
+        a, c = self._scalars(sig, xs[1])
+        return xs[0] * a + c
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        x, s = xs
+        gx = gs = None
+        if needs[0]:
+            gx = gy * self._scalars(sig, s)[0]
+            if sig.shared[0]:
+                gx = gx.sum(axis=0)
+        if needs[1]:
+            axes = tuple(range(1, gy.ndim))
+            gs = xp.stack([(gy * x).sum(axis=axes), gy.sum(axis=axes)], axis=1)
+            if sig.shared[1]:
+                gs = gs.sum(axis=0)
+        return gx, gs
+
+
 def _literal(v):
     """A Python scalar as a literal of a fused run's dtype: repr spells inf and nan as names
     the kernel's module does not define."""
