@@ -6,7 +6,7 @@ import numpy as np
 
 from .record.eager import Tensor, constant as _eager_constant, apply as _eager_apply
 from .record.future import Future
-from .ops import OPS, elementwise as E, linalg as L, shape as S, index as I, custom as C
+from .ops import OPS, elementwise as E, linalg as L, shape as S, reduce as R, softmax as SM, index as I, custom as C
 from .ops.registry import as_int
 from .ops.shape import normalize_index
 from .train.parameter import Parameter
@@ -44,6 +44,31 @@ def _axis(op_name, axis, x):
     if not -ndim <= axis < ndim:
         raise ValueError(f"{op_name} axis {axis} out of range for {ndim}-D operands")
     return axis % ndim
+
+
+def _axes(op_name, axis, x):
+    """numpy's `axis` argument of a reduction (None, an int or a tuple of ints) as a sorted
+    tuple of non-negative per-instance axes, or None for all of them."""
+    if axis is None:
+        return None
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    out = tuple(sorted(_axis(op_name, a, x) for a in axes))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op_name}: axis {axis} repeats an axis")
+    return out
+
+
+def _like(v, other):
+    """A Python or numpy scalar as a 0-d constant of `other`'s dtype (float32 when `other` is
+    a number too), or a TypeError where that dtype cannot hold it (0.5 for an integer value:
+    numpy's result would be float64)."""
+    if not isinstance(v, _Number):
+        return v
+    dtype = np.dtype(other.dtype) if hasattr(other, "dtype") else np.dtype(np.float32)
+    c = np.asarray(v).astype(dtype)
+    if c != v and not (c != c and v != v):      # NaN stays NaN
+        raise TypeError(f"{v!r} is not a value of the other operand's dtype {dtype}: cast that operand first")
+    return c
 
 
 def _exact(v):
@@ -87,6 +112,40 @@ def div(a, b):
     if isinstance(a, _Number):       # a number over a value: a scalar constant of its dtype
         a = np.asarray(a, dtype=b.dtype if hasattr(b, "dtype") else np.float32)
     return apply(E.Div, (a, b))
+
+
+def pow(a, b):  # noqa: A001 - the public spelling is hb.pow (and a ** b)
+    """a ** b elementwise (floats). A Python number as the exponent is one op with it as an
+    attribute (x ** 2); as the base, a constant of the exponent's dtype."""
+    if isinstance(b, _Number):
+        return apply(E.ScalarPow, (a,), (float(b),))
+    return apply(E.Pow, (_like(a, b), b))
+
+
+def maximum(a, b):
+    """The larger of a and b elementwise, broadcasting; a tie sends half the gradient to each."""
+    return apply(E.Maximum, (_like(a, b), _like(b, a)))
+
+
+def minimum(a, b):
+    """The smaller of a and b elementwise, broadcasting; a tie sends half the gradient to each."""
+    return apply(E.Minimum, (_like(a, b), _like(b, a)))
+
+
+def clip(x, lo, hi):
+    """x limited to [lo, hi] elementwise (maximum, then minimum)."""
+    return minimum(maximum(x, lo), hi)
+
+
+def where(cond, a, b):
+    """a where cond is true (nonzero), b elsewhere, broadcasting all three: masking with a
+    per-instance mask (a numpy bool array, or a value). No gradient flows into cond."""
+    return apply(E.Where, (cond, _like(a, b), _like(b, a)))
+
+
+def cast(x, dtype):
+    """x as `dtype` (numpy's astype); the gradient flows between float dtypes only."""
+    return apply(E.Cast, (x,), (np.dtype(dtype).str,))
 
 
 def matmul(a, b):
@@ -154,14 +213,93 @@ def split(x, sections, axis=0):
 
 
 def reshape(x, shape):
-    return apply(S.Reshape, (x,), tuple(as_int("reshape's shape", s) for s in shape))
+    """x's elements in a new per-instance shape; one dimension may be -1, inferred from the
+    others, as in numpy."""
+    shape = tuple(as_int("reshape's shape", s) for s in shape)
+    if shape.count(-1) == 1:
+        size, rest = math.prod(shape_of(x)), -math.prod(shape)
+        if rest and size % rest == 0:
+            shape = tuple(size // rest if s == -1 else s for s in shape)
+    return apply(S.Reshape, (x,), shape)
 
 
-def sum(x, axis=None):  # noqa: A001 - the public spelling is hb.sum
-    """Sum of all elements, or along one axis."""
-    if axis is not None:
-        axis = _axis("sum", axis, x)
-    return apply(S.Sum, (x,), (axis,))
+def flatten(x):
+    """x as a vector (per instance: the batch is never an axis here)."""
+    return reshape(x, (math.prod(shape_of(x)),))
+
+
+def expand_dims(x, axis):
+    """x with a new axis of length 1 at `axis` (a reshape)."""
+    shape = shape_of(x)
+    axis = as_int("expand_dims axis", axis)
+    if not -len(shape) - 1 <= axis <= len(shape):
+        raise ValueError(f"expand_dims axis {axis} out of range for {len(shape)}-D operands")
+    axis %= len(shape) + 1
+    return reshape(x, shape[:axis] + (1,) + shape[axis:])
+
+
+def squeeze(x, axis=None):
+    """x without its axes of length 1 (or only those in `axis`, which must be 1), a reshape."""
+    shape = shape_of(x)
+    axes = range(len(shape)) if axis is None else _axes("squeeze", axis, x)
+    for a in axes:
+        if axis is not None and shape[a] != 1:
+            raise ValueError(f"squeeze axis {a} has length {shape[a]}, not 1 (shape {shape})")
+    return reshape(x, tuple(n for i, n in enumerate(shape) if not (i in axes and n == 1)))
+
+
+def transpose(x, axes=None):
+    """x's per-instance axes permuted as numpy's transpose: reversed by default (`x.T`)."""
+    ndim = len(shape_of(x))
+    axes = tuple(range(ndim))[::-1] if axes is None else tuple(_axis("transpose", a, x) for a in axes)
+    return apply(S.Transpose, (x,), axes)
+
+
+def stack(xs, axis=0):
+    """Values of one shape stacked along a new axis (numpy's stack)."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError("stack needs at least one operand")
+    ndim = len(shape_of(xs[0]))
+    axis = as_int("stack axis", axis)
+    if not -ndim - 1 <= axis <= ndim:
+        raise ValueError(f"stack axis {axis} out of range for {ndim}-D operands")
+    return apply(S.Stack, tuple(xs), (axis % (ndim + 1),))
+
+
+def _reduction(op):
+    def function(x, axis=None, keepdims=False):
+        return apply(op, (x,), (_axes(op.name, axis, x), bool(keepdims)))
+    function.__name__ = function.__qualname__ = op.name
+    function.__doc__ = f"{type(op).__doc__.splitlines()[0]} axis: None (every axis), an int or a tuple; " \
+                       f"keepdims keeps them as length 1, as numpy."
+    return function
+
+
+sum = _reduction(R.Sum)      # noqa: A001 - the public spellings are hb.sum, hb.max, hb.min
+mean = _reduction(R.Mean)
+max = _reduction(R.Max)      # noqa: A001
+min = _reduction(R.Min)      # noqa: A001
+
+
+def _arg_reduction(op):
+    def function(x, axis=None, keepdims=False):
+        return apply(op, (x,), (None if axis is None else _axis(op.name, axis, x), bool(keepdims)))
+    function.__name__ = function.__qualname__ = op.name
+    function.__doc__ = (f"The index (int64, no gradient) of the first {'largest' if op is R.ArgMax else 'smallest'} "
+                        f"element along `axis`, or in the flattened value (axis None), as numpy.")
+    return function
+
+
+argmax = _arg_reduction(R.ArgMax)
+argmin = _arg_reduction(R.ArgMin)
+
+
+def topk(x, k, axis=-1):
+    """(values, indices) of the k largest elements along `axis`, largest first (ties: lower
+    index first). The values have a gradient; the indices are int64, with none."""
+    attrs = (as_int("topk's k", k), _axis("topk", axis, x))
+    return apply(R.TopK, (x,), attrs + ("values",)), apply(R.TopK, (x,), attrs + ("indices",))
 
 
 def lookup(param, index):
@@ -176,8 +314,14 @@ def pick(x, index):
     return apply(I.Pick, (x,), (), index)
 
 
-def log_softmax(x):
-    return apply(I.LogSoftmax, (x,))
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) along `axis`."""
+    return apply(SM.Softmax, (x,), (_axis("softmax", axis, x),))
+
+
+def log_softmax(x, axis=-1):
+    """log softmax(x) along `axis`."""
+    return apply(SM.LogSoftmax, (x,), (_axis("log_softmax", axis, x),))
 
 
 def pick_neg_log_softmax(logits, label):
