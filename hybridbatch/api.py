@@ -6,7 +6,8 @@ import numpy as np
 
 from .record.eager import Tensor, constant as _eager_constant, apply as _eager_apply
 from .record.future import Future
-from .ops import OPS, elementwise as E, linalg as L, shape as S, reduce as R, softmax as SM, index as I, custom as C
+from .ops import (OPS, elementwise as E, linalg as L, shape as S, reduce as R, softmax as SM, lists as LS, index as I,
+                  custom as C)
 from .ops.registry import as_int
 from .ops.shape import normalize_index
 from .train.parameter import Parameter
@@ -172,18 +173,42 @@ UNARY = {op.name: _unary(op) for op in OPS if isinstance(op, E._Unary) and op.pu
 globals().update(UNARY)      # hb.tanh, hb.sigmoid, hb.relu, hb.exp, hb.log, hb.abs, hb.sqrt, ...
 
 
+def _over_list(name, xs):
+    """A list operand as a tuple, or a ValueError for an empty one."""
+    xs = tuple(xs)
+    if not xs:
+        raise ValueError(f"{name} needs at least one operand")
+    return xs
+
+
+def _list_op(ragged, fixed, xs):
+    """One node of an op over a list of values (ops/lists.py). A batching scope records the
+    ragged op, so that the calls over lists of every length batch together; eagerly, in a
+    hybridized block's trace (which keeps one operand per position) or over operands that
+    are not all values of the scope of one type, the op of that count."""
+    scope = _local.scope
+    if scope is not None and not scope.tracing:
+        return scope.record_ragged(ragged, fixed, xs)
+    return apply(fixed, xs)
+
+
 def add_n(xs):
     """Sum of a list of same-shaped values in one op. A batching scope batches the add_n's
     of one type together whatever their operand counts (ops.elementwise.RaggedAddN)."""
-    xs = list(xs)
-    if not xs:
-        raise ValueError("add_n needs at least one operand")
+    xs = _over_list("add_n", xs)
     if len(xs) == 1:
         return xs[0]
-    scope = _local.scope
-    if scope is not None and not scope.tracing:     # a trace keeps one operand per position
-        return scope.record_ragged(E.RaggedAddN, E.AddN, tuple(xs))
-    return apply(E.AddN, tuple(xs))
+    return _list_op(E.RaggedAddN, E.AddN, xs)
+
+
+def weighted_sum(weights, values):
+    """sum_i weights[i] * values[i] over two lists of one length (attention pooling: the
+    weights a softmax over the list, each broadcasting against its value). Two batches
+    whatever the lengths: the products, then a ragged add_n."""
+    weights, values = _over_list("weighted_sum", weights), _over_list("weighted_sum", values)
+    if len(weights) != len(values):
+        raise ValueError(f"weighted_sum: {len(weights)} weights for {len(values)} values")
+    return add_n([mul(w, v) for w, v in zip(weights, values)])
 
 
 def concat(xs, axis=0):
@@ -267,19 +292,31 @@ def stack(xs, axis=0):
     return apply(S.Stack, tuple(xs), (axis % (ndim + 1),))
 
 
-def _reduction(op):
+def _reduction(op, of_list=None):
+    """hb.<op.name>(x, axis=None, keepdims=False); with `of_list`, x may also be a list of
+    values of one type, reduced across the list only (elementwise), whatever its length in
+    one batch per type."""
     def function(x, axis=None, keepdims=False):
+        if isinstance(x, (list, tuple)):
+            if of_list is None:
+                raise TypeError(f"{op.name} takes one value, not a list (over a list: hb.sum, hb.max, hb.min, "
+                                f"hb.logsumexp, hb.softmax)")
+            if axis not in (None, 0) or keepdims:
+                raise ValueError(f"{op.name} over a list reduces the list (axis 0) only, without keepdims")
+            return of_list(_over_list(op.name, x))
         return apply(op, (x,), (_axes(op.name, axis, x), bool(keepdims)))
     function.__name__ = function.__qualname__ = op.name
-    function.__doc__ = f"{type(op).__doc__.splitlines()[0]} axis: None (every axis), an int or a tuple; " \
-                       f"keepdims keeps them as length 1, as numpy."
+    function.__doc__ = (f"{type(op).__doc__.splitlines()[0]} axis: None (every axis), an int or a tuple; "
+                        f"keepdims keeps them as length 1, as numpy."
+                        + (" A list of values of one type is reduced across the list, elementwise." if of_list else ""))
     return function
 
 
-sum = _reduction(R.Sum)      # noqa: A001 - the public spellings are hb.sum, hb.max, hb.min
+sum = _reduction(R.Sum, add_n)      # noqa: A001 - the public spellings are hb.sum, hb.max, hb.min
 mean = _reduction(R.Mean)
-max = _reduction(R.Max)      # noqa: A001
-min = _reduction(R.Min)      # noqa: A001
+max = _reduction(R.Max, lambda xs: _list_op(LS.RaggedMaxN, LS.MaxN, xs))      # noqa: A001
+min = _reduction(R.Min, lambda xs: _list_op(LS.RaggedMinN, LS.MinN, xs))      # noqa: A001
+logsumexp = _reduction(R.LogSumExp, lambda xs: _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs))
 
 
 def _arg_reduction(op):
@@ -314,13 +351,31 @@ def pick(x, index):
     return apply(I.Pick, (x,), (), index)
 
 
+def _list_axis(name, axis):
+    if axis not in (-1, 0):
+        raise ValueError(f"{name} over a list runs across the list (axis 0), not axis {axis}")
+
+
 def softmax(x, axis=-1):
-    """exp(x) / sum(exp(x)) along `axis`."""
+    """exp(x) / sum(exp(x)) along `axis`. Over a list of values of one type (scores of a
+    per-instance length), across the list, elementwise: a list back, in two batches however
+    the lengths differ (the list's logsumexp, then exp(x_i - it))."""
+    if isinstance(x, (list, tuple)):
+        _list_axis("softmax", axis)
+        xs = _over_list("softmax", x)
+        norm = logsumexp(xs)
+        return [apply(E.ExpSub, (v, norm)) for v in xs]
     return apply(SM.Softmax, (x,), (_axis("softmax", axis, x),))
 
 
 def log_softmax(x, axis=-1):
-    """log softmax(x) along `axis`."""
+    """log softmax(x) along `axis`; over a list of values of one type, across the list (a
+    list back, two batches: see softmax)."""
+    if isinstance(x, (list, tuple)):
+        _list_axis("log_softmax", axis)
+        xs = _over_list("log_softmax", x)
+        norm = logsumexp(xs)
+        return [sub(v, norm) for v in xs]
     return apply(SM.LogSoftmax, (x,), (_axis("log_softmax", axis, x),))
 
 

@@ -410,6 +410,40 @@ spec("log_softmax_axis", "log_softmax", _red_dims, [(_same("s"), "any")],
      lambda xs, d, a: np.log(softmax_np(xs[0], d["axis"])))
 
 
+def logsumexp_np(x, axis=None, keepdims=False):
+    m = np.max(x, axis=axis, keepdims=True)
+    y = np.log(np.exp(x - m).sum(axis=axis, keepdims=True)) + m
+    return y if keepdims else np.squeeze(y, axis=axis)
+
+
+spec("logsumexp_all", "logsumexp", _red_dims, [(_same("s"), "any")],
+     lambda xs, d, a: hb.logsumexp(xs[0]), lambda xs, d, a: logsumexp_np(xs[0]))
+spec("logsumexp_tuple_keepdims", "logsumexp", _red_dims, [(_same("s"), "any")],
+     lambda xs, d, a: hb.logsumexp(xs[0], axis=(d["axis"],), keepdims=True),
+     lambda xs, d, a: logsumexp_np(xs[0], axis=(d["axis"],), keepdims=True))
+
+
+# over a list of values, elementwise across it (ragged in a scope: ops/lists.py)
+def _list_dims(rng):
+    return {"s": rshape(rng, 0, 2), "j": rint(rng, 0, 2)}
+
+
+for _name, _ref in [("max", np.max), ("min", np.min), ("logsumexp", logsumexp_np)]:
+    spec(f"{_name}_list", f"{_name}_n", _list_dims, [(_same("s"), "any")] * 3,
+         (lambda fn: lambda xs, d, a: fn(list(xs)))(getattr(hb, _name)),
+         (lambda fn: lambda xs, d, a: fn(np.stack(xs), axis=0))(_ref))
+spec("max_list_self", "max_n", _list_dims, [(_same("s"), "any")] * 2,
+     lambda xs, d, a: hb.max([xs[0], xs[1], xs[0]]), lambda xs, d, a: np.maximum(xs[0], xs[1]))
+spec("softmax_list", "exp_sub", _list_dims, [(_same("s"), "any")] * 3,
+     lambda xs, d, a: hb.softmax(list(xs))[d["j"]], lambda xs, d, a: softmax_np(np.stack(xs), 0)[d["j"]])
+spec("softmax_pair", "exp_sub", _list_dims, [(_same("s"), "any")] * 2,
+     lambda xs, d, a: hb.softmax(list(xs))[d["j"] % 2], lambda xs, d, a: softmax_np(np.stack(xs), 0)[d["j"] % 2])
+spec("log_softmax_list", "sub", _list_dims, [(_same("s"), "any")] * 3,
+     lambda xs, d, a: hb.log_softmax(tuple(xs))[d["j"]], lambda xs, d, a: np.log(softmax_np(np.stack(xs), 0))[d["j"]])
+spec("weighted_sum", "add_n", _list_dims, [(lambda d: (), "any")] * 2 + [(_same("s"), "any")] * 2,
+     lambda xs, d, a: hb.weighted_sum(xs[:2], xs[2:]), lambda xs, d, a: xs[0] * xs[2] + xs[1] * xs[3])
+
+
 # powers: a Python exponent (scalar_pow), a value exponent or base (pow)
 for _id, _p, _dom in [("pow_square", 2, "any"), ("pow_half", 0.5, "pos"), ("pow_negative", -1.5, "pos"),
                       ("pow_cube", 3.0, "any"), ("pow_reciprocal", -1, "pos")]:

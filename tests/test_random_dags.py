@@ -280,13 +280,44 @@ class Builder:
             self.push(hb.stack([h for h, _ in items], axis=-1), max(b for _, b in items))
 
     def reduction(self, name):
-        """sum, mean, max or min over every axis, one axis or a tuple, keepdims or not."""
+        """sum, mean, logsumexp, max or min over every axis, one axis or a tuple, keepdims or not."""
         shape = self.choice((M34, M43, M33, V3, V4))
         x, b = self.take(shape)
         axis = self.choice((None, 0, -1, (0, 1)) if len(shape) == 2 else (None, 0))
         keepdims = bool(self.rng.random() < 0.3)
         n = int(np.prod(shape)) if axis is None or axis == (0, 1) else shape[axis]
-        self.push(getattr(hb, name)(x, axis=axis, keepdims=keepdims), b * n if name == "sum" else b)
+        self.push(getattr(hb, name)(x, axis=axis, keepdims=keepdims),
+                  b * n if name == "sum" else b + np.log(n) if name == "logsumexp" else b)
+
+    def list_reduction(self, name):
+        """sum, max, min or logsumexp across a list of 1..6 values of one shape."""
+        shape = self.choice(CORE)
+        n = 1 + self.pick_index(6)
+        items = [self.take(shape, param_ok=n > 1) for _ in range(n)]     # sum([x]) is x itself
+        bound = max(b for _, b in items)
+        if name == "sum":
+            bound = sum(b for _, b in items)
+        elif name == "logsumexp":
+            bound += np.log(len(items))
+        self.push(getattr(hb, name)([h for h, _ in items]), bound)
+
+    def list_softmax(self):
+        """A softmax or log_softmax across a list of values, or attention pooling: a
+        softmax over scalar scores weighing a list of vectors."""
+        form = self.pick_index(3)
+        n = 1 + self.pick_index(6)
+        if form == 2:
+            scores = [self.take(S)[0] for _ in range(n)]
+            shape = self.choice((V3, V4))
+            values = [self.take(shape) for _ in range(n)]
+            self.push(hb.weighted_sum(hb.softmax(scores), [h for h, _ in values]), max(b for _, b in values))
+            return
+        shape = self.choice(CORE)
+        items = [self.take(shape) for _ in range(n)]
+        fn = hb.softmax if form == 0 else hb.log_softmax
+        b = max(b for _, b in items)
+        for y in fn([h for h, _ in items]):
+            self.push(y, 1.0 if form == 0 else 2 * b + np.log(n))
 
     def arg_reduction(self, name):
         """argmax or argmin (int64: kept out of the pools, read as floats through a cast)."""
@@ -390,11 +421,12 @@ class Builder:
         self.loss_terms.append(loss)
 
     BINARY = ("add", "sub", "mul")
-    REDUCTIONS = ("sum", "mean", "max", "min")
+    REDUCTIONS = ("sum", "mean", "logsumexp", "max", "min")
     ARG_REDUCTIONS = ("argmax", "argmin")
+    LIST_REDUCTIONS = ("sum_list", "max_list", "min_list", "logsumexp_list")
     EXTREMES = ("maximum", "minimum")
-    STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *EXTREMES, "scalar", "div", "matmul", "affine", "add_n", "concat",
-             "slice", "reshape", "transpose", "stack", "topk", "softmax", "scalar_power", "power", "where",
+    STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *LIST_REDUCTIONS, *EXTREMES, "scalar", "div", "matmul", "affine", "add_n", "concat",
+             "slice", "reshape", "transpose", "stack", "topk", "list_softmax", "softmax", "scalar_power", "power", "where",
              "cast", "lookup", "pick", "log_softmax", "pick_neg_log_softmax", "py_func", "param_read", "block")
 
     def step(self, kind):
@@ -404,6 +436,8 @@ class Builder:
             self.binary(kind)
         elif kind in self.REDUCTIONS:
             self.reduction(kind)
+        elif kind in self.LIST_REDUCTIONS:
+            self.list_reduction(kind[:-len("_list")])
         elif kind in self.ARG_REDUCTIONS:
             self.arg_reduction(kind)
         elif kind in self.EXTREMES:
@@ -635,7 +669,8 @@ class MidReads:
             self.log.append(("read", int(k), nodes[int(k)].asnumpy()))
         if self.rng.random() < 0.3:
             k = int(self.rng.integers(len(nodes)))
-            part = hb.sum(nodes[k]) if nodes[k].shape != () else nodes[k] * 1.0
+            node = nodes[k] if nodes[k].dtype.kind == "f" else hb.cast(nodes[k], np.float32)   # argmax's int64
+            part = hb.sum(node) if node.shape != () else node * 1.0
             part.backward()                  # mid-scope backward: grads accumulate
             self.log.append(("backward", k, part.asnumpy()))
 

@@ -339,6 +339,27 @@ class Pow(_Binary):
         return f"{a} ** {b}", [f"{b} * {a} ** ({b} - F(1.0))", f"(F(0.0) if {t} == F(0.0) else {t} * np.log({a}))"]
 
 
+@register
+class ExpSub(_Binary):
+    """exp(a - b): the terms of a softmax over a list (hb.softmax(xs): b is the list's
+    logsumexp), one op where exp(a - b) would be two batches."""
+    name = "exp_sub"
+    zero_exact = True
+
+    def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes, dtypes)
+        return super().infer(attrs, shapes, dtypes)
+
+    f = staticmethod(lambda a, b: np.exp(a - b))
+
+    def df(self, a, b, gy, needs):
+        ga = gy * np.exp(a - b)
+        return ga, (-ga if needs[1] else None)
+
+    def scalar(self, attrs, t, a, b):
+        return f"np.exp({a} - {b})", [t, f"-{t}"]
+
+
 class _Choose(_Binary):
     """maximum or minimum: the gradient goes to the operand chosen, half to each on a tie
     (as PyTorch), so swapping the operands changes nothing."""

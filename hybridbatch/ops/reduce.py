@@ -1,4 +1,5 @@
-"""Reductions and selections along per-instance axes: sum, mean, max, min, argmax, argmin, top-k.
+"""Reductions and selections along per-instance axes: sum, mean, logsumexp, max, min, argmax,
+argmin, top-k.
 
 A per-instance axis a is batch axis a + 1: the batch axis stays first and is never reduced.
 The reductions take attrs (axes, keepdims): axes a sorted tuple of per-instance axes, or None
@@ -6,6 +7,7 @@ for all of them, as numpy's axis=None (api._axes builds it, so a call's errors n
 """
 import numpy as np
 
+from .lists import shift
 from .registry import Op, register, check, check_float
 
 
@@ -96,6 +98,28 @@ class Mean(type(Sum)):
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
         return (xp.broadcast_to(_expanded(gy, sig) / gy.dtype.type(self.count(sig)), xs[0].shape).copy(),)
+
+
+@register
+class LogSumExp(_Reduce):
+    """log(sum(exp(x))) over the axes, shifted by the largest element so it never overflows
+    (floats only)."""
+    name = "logsumexp"
+    needs_values = True
+
+    def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes, dtypes)
+        return super().infer(attrs, shapes, dtypes)
+
+    def forward(self, xp, sig, xs, aux):
+        x, axes = xs[0], self.batch_axes(sig)
+        m = shift(xp, x.max(axis=axes, keepdims=True))
+        y = xp.log(xp.exp(x - m).sum(axis=axes, keepdims=True))
+        y += m
+        return y.reshape((y.shape[0],) + sig.out_shape)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        return (_expanded(gy, sig) * xp.exp(xs[0] - _expanded(y, sig)),)
 
 
 class _Extreme(_Reduce):
