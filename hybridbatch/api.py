@@ -303,7 +303,8 @@ def _reduction(op, of_list=None):
                                 f"hb.logsumexp, hb.softmax)")
             if axis not in (None, 0) or keepdims:
                 raise ValueError(f"{op.name} over a list reduces the list (axis 0) only, without keepdims")
-            return of_list(_over_list(op.name, x))
+            xs = _over_list(op.name, x)
+            return xs[0] if len(xs) == 1 else of_list(xs)   # a list of one: that value, as add_n
         return apply(op, (x,), (_axes(op.name, axis, x), bool(keepdims)))
     function.__name__ = function.__qualname__ = op.name
     function.__doc__ = (f"{type(op).__doc__.splitlines()[0]} axis: None (every axis), an int or a tuple; "
@@ -317,6 +318,15 @@ mean = _reduction(R.Mean)
 max = _reduction(R.Max, lambda xs: _list_op(LS.RaggedMaxN, LS.MaxN, xs))      # noqa: A001
 min = _reduction(R.Min, lambda xs: _list_op(LS.RaggedMinN, LS.MinN, xs))      # noqa: A001
 logsumexp = _reduction(R.LogSumExp, lambda xs: _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs))
+
+
+def _list_normalizer(name, axis, x):
+    """(the list, its logsumexp) for a softmax across a list: a node even for a list of one,
+    so that every list's terms come one step after their scores, as one batch."""
+    if axis not in (-1, 0):
+        raise ValueError(f"{name} over a list runs across the list (axis 0), not axis {axis}")
+    xs = _over_list(name, x)
+    return xs, _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs)
 
 
 def _arg_reduction(op):
@@ -351,19 +361,12 @@ def pick(x, index):
     return apply(I.Pick, (x,), (), index)
 
 
-def _list_axis(name, axis):
-    if axis not in (-1, 0):
-        raise ValueError(f"{name} over a list runs across the list (axis 0), not axis {axis}")
-
-
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along `axis`. Over a list of values of one type (scores of a
     per-instance length), across the list, elementwise: a list back, in two batches however
     the lengths differ (the list's logsumexp, then exp(x_i - it))."""
     if isinstance(x, (list, tuple)):
-        _list_axis("softmax", axis)
-        xs = _over_list("softmax", x)
-        norm = logsumexp(xs)
+        xs, norm = _list_normalizer("softmax", axis, x)
         return [apply(E.ExpSub, (v, norm)) for v in xs]
     return apply(SM.Softmax, (x,), (_axis("softmax", axis, x),))
 
@@ -372,9 +375,7 @@ def log_softmax(x, axis=-1):
     """log softmax(x) along `axis`; over a list of values of one type, across the list (a
     list back, two batches: see softmax)."""
     if isinstance(x, (list, tuple)):
-        _list_axis("log_softmax", axis)
-        xs = _over_list("log_softmax", x)
-        norm = logsumexp(xs)
+        xs, norm = _list_normalizer("log_softmax", axis, x)
         return [sub(v, norm) for v in xs]
     return apply(SM.LogSoftmax, (x,), (_axis("log_softmax", axis, x),))
 
