@@ -365,10 +365,11 @@ def _red_dims(rng):
 _REDUCTIONS = [("sum", np.sum), ("mean", np.mean), ("max", np.max), ("min", np.min)]
 for _name, _ref in _REDUCTIONS:
     for _variant, _axis, _keep in [("all", lambda d: None, False), ("axis", lambda d: d["axis"], False),
-                                   ("tuple_keepdims", lambda d: (0, -1), True), ("axis_keepdims", lambda d: d["axis"], True)]:
-        spec(f"{_name}_3d_{_variant}", _name, _red_dims, [(_same("s"), "any")],
-             (lambda fn, ax, keep: lambda xs, d, a: fn(xs[0], axis=ax(d), keepdims=keep))(getattr(hb, _name), _axis, _keep),
-             (lambda fn, ax, keep: lambda xs, d, a: fn(xs[0], axis=ax(d), keepdims=keep))(_ref, _axis, _keep))
+                                   ("tuple_keepdims", lambda d: (0, -1), True),
+                                   ("axis_keepdims", lambda d: d["axis"], True)]:
+        _call, _numpy = [(lambda f, ax, keep: lambda xs, d, a: f(xs[0], axis=ax(d), keepdims=keep))(f, _axis, _keep)
+                         for f in (getattr(hb, _name), _ref)]
+        spec(f"{_name}_3d_{_variant}", _name, _red_dims, [(_same("s"), "any")], _call, _numpy)
 spec("max_vec", "max", _rs_dims, [(lambda d: (d["n"],), "any")],
      lambda xs, d, a: hb.max(xs[0]), lambda xs, d, a: np.max(xs[0]))
 spec("mean_scalar", "mean", _rs_dims, [(lambda d: (), "any")],

@@ -272,9 +272,10 @@ SHAPE_ERRORS = [
     ("add_n", lambda a, b: hb.add_n([a, b, a]), (3,), (1, 3)),
     ("affine", lambda a, b: hb.affine(a, b, np.zeros(4, np.float32)), (2, 3), (3,)),
     ("reshape", lambda a, b: hb.reshape(a, b.shape), (2, 3), (5,)),
-    ("maximum", hb.maximum, (3,), (4,)), ("minimum", hb.minimum, (2, 3), (2,)), ("pow", lambda a, b: a ** b, (2, 3), (3, 2)),
-    ("where", lambda a, b: hb.where(np.ones(3, bool), a, b), (3,), (4,)), ("stack", lambda a, b: hb.stack([a, b]), (3,), (2,)),
-    ("max_n", lambda a, b: hb.max([a, b, a]), (3,), (2,)), ("logsumexp_n", lambda a, b: hb.softmax([a, b]), (3,), (1, 3)),
+    ("maximum", hb.maximum, (3,), (4,)), ("minimum", hb.minimum, (2, 3), (2,)),
+    ("pow", lambda a, b: a ** b, (2, 3), (3, 2)), ("where", lambda a, b: hb.where(np.ones(3, bool), a, b), (3,), (4,)),
+    ("stack", lambda a, b: hb.stack([a, b]), (3,), (2,)), ("max_n", lambda a, b: hb.max([a, b, a]), (3,), (2,)),
+    ("logsumexp_n", lambda a, b: hb.softmax([a, b]), (3,), (1, 3)),
 ]
 
 
@@ -378,7 +379,8 @@ AXIS_ERRORS = [
     (lambda m: hb.sum(m, axis=2), "sum axis 2"), (lambda m: hb.sum(m, axis=-3), "sum axis -3"),
     (lambda m: hb.split(m, 2, axis=2), "split axis 2"), (lambda m: hb.split(m, 0), "split into 0"),
     (lambda m: hb.concat([hb.sum(m), hb.sum(m)]), "concat axis 0 .* 0-D"),
-    (lambda m: hb.max(m, axis=(1, -1)), "max: axis .* repeats an axis"), (lambda m: hb.mean(m, axis=(0, 2)), "mean axis 2"),
+    (lambda m: hb.max(m, axis=(1, -1)), "max: axis .* repeats an axis"),
+    (lambda m: hb.mean(m, axis=(0, 2)), "mean axis 2"),
     (lambda m: hb.argmax(m, axis=-3), "argmax axis -3"), (lambda m: hb.softmax(m, axis=2), "softmax axis 2"),
     (lambda m: hb.transpose(m, (0, 2)), "transpose axis 2"), (lambda m: hb.stack([m, m], axis=3), "stack axis 3"),
     (lambda m: hb.topk(m, 2, axis=2), "topk axis 2"),

@@ -425,9 +425,10 @@ class Builder:
     ARG_REDUCTIONS = ("argmax", "argmin")
     LIST_REDUCTIONS = ("sum_list", "max_list", "min_list", "logsumexp_list")
     EXTREMES = ("maximum", "minimum")
-    STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *LIST_REDUCTIONS, *EXTREMES, "scalar", "div", "matmul", "affine", "add_n", "concat",
-             "slice", "reshape", "transpose", "stack", "topk", "list_softmax", "softmax", "scalar_power", "power", "where",
-             "cast", "lookup", "pick", "log_softmax", "pick_neg_log_softmax", "py_func", "param_read", "block")
+    STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *LIST_REDUCTIONS, *EXTREMES, "scalar", "div",
+             "matmul", "affine", "add_n", "concat", "slice", "reshape", "transpose", "stack", "topk", "list_softmax",
+             "softmax", "scalar_power", "power", "where", "cast", "lookup", "pick", "log_softmax",
+             "pick_neg_log_softmax", "py_func", "param_read", "block")
 
     def step(self, kind):
         if kind in UNARY:
