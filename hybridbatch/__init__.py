@@ -6,8 +6,10 @@
 __version__ = "0.1.0"   # the one source of the version: pyproject.toml reads it from here
 
 from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
-from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, add_n, concat, slice, split, reshape, sum,
-                  lookup, pick, log_softmax, pick_neg_log_softmax, py_func, learn_policy, FSMPolicy)
+from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, pow, maximum, minimum, clip, where,
+                  cast, add_n, weighted_sum, concat, stack, slice, split, reshape, flatten, expand_dims, squeeze,
+                  transpose, sum, mean, logsumexp, max, min, argmax, argmin, topk, lookup, pick, softmax, log_softmax,
+                  pick_neg_log_softmax, py_func, learn_policy, FSMPolicy)
 from .hybrid.block import Block, HybridBlock
 from .record.eager import Tensor
 from . import nn
@@ -23,10 +25,11 @@ from .config import settings, set_fusion, set_distinct_rows, set_plan_cache_size
 globals().update(_UNARY)      # hb.tanh, hb.exp, ...: one per unary elementwise op (api.UNARY)
 
 __all__ = [
-    "array", "matmul", "affine", "add", "sub", "mul", "div", *_UNARY, "add_n", "concat", "slice", "split",
-    "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax", "py_func", "Tensor",
-    "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching", "Stats", "map",
-    "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
-    "set_distinct_rows",
-    "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
+    "array", "matmul", "affine", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "clip", "where", "cast",
+    *_UNARY, "add_n", "weighted_sum", "concat", "stack", "slice", "split", "reshape", "flatten", "expand_dims",
+    "squeeze", "transpose", "sum", "mean", "logsumexp", "max", "min", "argmax", "argmin", "topk", "lookup", "pick",
+    "softmax", "log_softmax", "pick_neg_log_softmax", "py_func", "Tensor",
+    "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching",
+    "Stats", "map", "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
+    "set_distinct_rows", "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
 ]

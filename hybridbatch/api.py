@@ -6,7 +6,8 @@ import numpy as np
 
 from .record.eager import Tensor, constant as _eager_constant, apply as _eager_apply
 from .record.future import Future
-from .ops import OPS, elementwise as E, linalg as L, shape as S, index as I, custom as C
+from .ops import (OPS, elementwise as E, linalg as L, shape as S, reduce as R, softmax as SM, lists as LS, index as I,
+                  custom as C)
 from .ops.registry import as_int
 from .ops.shape import normalize_index
 from .train.parameter import Parameter
@@ -44,6 +45,31 @@ def _axis(op_name, axis, x):
     if not -ndim <= axis < ndim:
         raise ValueError(f"{op_name} axis {axis} out of range for {ndim}-D operands")
     return axis % ndim
+
+
+def _axes(op_name, axis, x):
+    """numpy's `axis` argument of a reduction (None, an int or a tuple of ints) as a sorted
+    tuple of non-negative per-instance axes, or None for all of them."""
+    if axis is None:
+        return None
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    out = tuple(sorted(_axis(op_name, a, x) for a in axes))
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op_name}: axis {axis} repeats an axis")
+    return out
+
+
+def _like(v, other):
+    """A Python or numpy scalar as a 0-d constant of `other`'s dtype (float32 when `other` is
+    a number too), or a TypeError where that dtype cannot hold it (0.5 for an integer value:
+    numpy's result would be float64)."""
+    if not isinstance(v, _Number):
+        return v
+    dtype = np.dtype(other.dtype) if hasattr(other, "dtype") else np.dtype(np.float32)
+    c = np.asarray(v).astype(dtype)
+    if c != v and not (c != c and v != v):      # NaN stays NaN
+        raise TypeError(f"{v!r} is not a value of the other operand's dtype {dtype}: cast that operand first")
+    return c
 
 
 def _exact(v):
@@ -98,6 +124,40 @@ def div(a, b):
     return apply(E.Div, (a, b))
 
 
+def pow(a, b):  # noqa: A001 - the public spelling is hb.pow (and a ** b)
+    """a ** b elementwise (floats). A Python number as the exponent is one op with it as an
+    attribute (x ** 2); as the base, a constant of the exponent's dtype."""
+    if isinstance(b, _Number):
+        return apply(E.ScalarPow, (a,), (float(b),))
+    return apply(E.Pow, (_like(a, b), b))
+
+
+def maximum(a, b):
+    """The larger of a and b elementwise, broadcasting; a tie sends half the gradient to each."""
+    return apply(E.Maximum, (_like(a, b), _like(b, a)))
+
+
+def minimum(a, b):
+    """The smaller of a and b elementwise, broadcasting; a tie sends half the gradient to each."""
+    return apply(E.Minimum, (_like(a, b), _like(b, a)))
+
+
+def clip(x, lo, hi):
+    """x limited to [lo, hi] elementwise (maximum, then minimum)."""
+    return minimum(maximum(x, lo), hi)
+
+
+def where(cond, a, b):
+    """a where cond is true (nonzero), b elsewhere, broadcasting all three: masking with a
+    per-instance mask (a numpy bool array, or a value). No gradient flows into cond."""
+    return apply(E.Where, (cond, _like(a, b), _like(b, a)))
+
+
+def cast(x, dtype):
+    """x as `dtype` (numpy's astype); the gradient flows between float dtypes only."""
+    return apply(E.Cast, (x,), (np.dtype(dtype).str,))
+
+
 def matmul(a, b):
     """a @ b with numpy's rules for 1-D and 2-D operands (per instance)."""
     return apply(L.MatMul, (a, b))
@@ -122,18 +182,42 @@ UNARY = {op.name: _unary(op) for op in OPS if isinstance(op, E._Unary) and op.pu
 globals().update(UNARY)      # hb.tanh, hb.sigmoid, hb.relu, hb.exp, hb.log, hb.abs, hb.sqrt, ...
 
 
+def _over_list(name, xs):
+    """A list operand as a tuple, or a ValueError for an empty one."""
+    xs = tuple(xs)
+    if not xs:
+        raise ValueError(f"{name} needs at least one operand")
+    return xs
+
+
+def _list_op(ragged, fixed, xs):
+    """One node of an op over a list of values (ops/lists.py). A batching scope records the
+    ragged op, so that the calls over lists of every length batch together; eagerly, in a
+    hybridized block's trace (which keeps one operand per position) or over operands that
+    are not all values of the scope of one type, the op of that count."""
+    scope = _local.scope
+    if scope is not None and not scope.tracing:
+        return scope.record_ragged(ragged, fixed, xs)
+    return apply(fixed, xs)
+
+
 def add_n(xs):
     """Sum of a list of same-shaped values in one op. A batching scope batches the add_n's
     of one type together whatever their operand counts (ops.elementwise.RaggedAddN)."""
-    xs = list(xs)
-    if not xs:
-        raise ValueError("add_n needs at least one operand")
+    xs = _over_list("add_n", xs)
     if len(xs) == 1:
         return xs[0]
-    scope = _local.scope
-    if scope is not None and not scope.tracing:     # a trace keeps one operand per position
-        return scope.record_ragged(E.RaggedAddN, E.AddN, tuple(xs))
-    return apply(E.AddN, tuple(xs))
+    return _list_op(E.RaggedAddN, E.AddN, xs)
+
+
+def weighted_sum(weights, values):
+    """sum_i weights[i] * values[i] over two lists of one length (attention pooling: the
+    weights a softmax over the list, each broadcasting against its value). Two batches
+    whatever the lengths: the products, then a ragged add_n."""
+    weights, values = _over_list("weighted_sum", weights), _over_list("weighted_sum", values)
+    if len(weights) != len(values):
+        raise ValueError(f"weighted_sum: {len(weights)} weights for {len(values)} values")
+    return add_n([mul(w, v) for w, v in zip(weights, values)])
 
 
 def concat(xs, axis=0):
@@ -163,14 +247,115 @@ def split(x, sections, axis=0):
 
 
 def reshape(x, shape):
-    return apply(S.Reshape, (x,), tuple(as_int("reshape's shape", s) for s in shape))
+    """x's elements in a new per-instance shape; one dimension may be -1, inferred from the
+    others, as in numpy."""
+    shape = tuple(as_int("reshape's shape", s) for s in shape)
+    if shape.count(-1) == 1:
+        size, rest = math.prod(shape_of(x)), -math.prod(shape)
+        if rest and size % rest == 0:
+            shape = tuple(size // rest if s == -1 else s for s in shape)
+    return apply(S.Reshape, (x,), shape)
 
 
-def sum(x, axis=None):  # noqa: A001 - the public spelling is hb.sum
-    """Sum of all elements, or along one axis."""
-    if axis is not None:
-        axis = _axis("sum", axis, x)
-    return apply(S.Sum, (x,), (axis,))
+def flatten(x):
+    """x as a vector (per instance: the batch is never an axis here)."""
+    return reshape(x, (math.prod(shape_of(x)),))
+
+
+def expand_dims(x, axis):
+    """x with a new axis of length 1 at `axis` (a reshape)."""
+    shape = shape_of(x)
+    axis = as_int("expand_dims axis", axis)
+    if not -len(shape) - 1 <= axis <= len(shape):
+        raise ValueError(f"expand_dims axis {axis} out of range for {len(shape)}-D operands")
+    axis %= len(shape) + 1
+    return reshape(x, shape[:axis] + (1,) + shape[axis:])
+
+
+def squeeze(x, axis=None):
+    """x without its axes of length 1 (or only those in `axis`, which must be 1), a reshape."""
+    shape = shape_of(x)
+    axes = range(len(shape)) if axis is None else _axes("squeeze", axis, x)
+    for a in axes:
+        if axis is not None and shape[a] != 1:
+            raise ValueError(f"squeeze axis {a} has length {shape[a]}, not 1 (shape {shape})")
+    return reshape(x, tuple(n for i, n in enumerate(shape) if not (i in axes and n == 1)))
+
+
+def transpose(x, axes=None):
+    """x's per-instance axes permuted as numpy's transpose: reversed by default (`x.T`)."""
+    ndim = len(shape_of(x))
+    axes = tuple(range(ndim))[::-1] if axes is None else tuple(_axis("transpose", a, x) for a in axes)
+    return apply(S.Transpose, (x,), axes)
+
+
+def stack(xs, axis=0):
+    """Values of one shape stacked along a new axis (numpy's stack)."""
+    xs = list(xs)
+    if not xs:
+        raise ValueError("stack needs at least one operand")
+    ndim = len(shape_of(xs[0]))
+    axis = as_int("stack axis", axis)
+    if not -ndim - 1 <= axis <= ndim:
+        raise ValueError(f"stack axis {axis} out of range for {ndim}-D operands")
+    return apply(S.Stack, tuple(xs), (axis % (ndim + 1),))
+
+
+def _reduction(op, of_list=None):
+    """hb.<op.name>(x, axis=None, keepdims=False); with `of_list`, x may also be a list of
+    values of one type, reduced across the list only (elementwise), whatever its length in
+    one batch per type."""
+    def function(x, axis=None, keepdims=False):
+        if isinstance(x, (list, tuple)):
+            if of_list is None:
+                raise TypeError(f"{op.name} takes one value, not a list (over a list: hb.sum, hb.max, hb.min, "
+                                f"hb.logsumexp, hb.softmax)")
+            if axis not in (None, 0) or keepdims:
+                raise ValueError(f"{op.name} over a list reduces the list (axis 0) only, without keepdims")
+            xs = _over_list(op.name, x)
+            return xs[0] if len(xs) == 1 else of_list(xs)   # a list of one: that value, as add_n
+        return apply(op, (x,), (_axes(op.name, axis, x), bool(keepdims)))
+    function.__name__ = function.__qualname__ = op.name
+    function.__doc__ = (f"{type(op).__doc__.splitlines()[0]} axis: None (every axis), an int or a tuple; "
+                        f"keepdims keeps them as length 1, as numpy."
+                        + (" A list of values of one type is reduced across the list, elementwise." if of_list else ""))
+    return function
+
+
+sum = _reduction(R.Sum, add_n)      # noqa: A001 - the public spellings are hb.sum, hb.max, hb.min
+mean = _reduction(R.Mean)
+max = _reduction(R.Max, lambda xs: _list_op(LS.RaggedMaxN, LS.MaxN, xs))      # noqa: A001
+min = _reduction(R.Min, lambda xs: _list_op(LS.RaggedMinN, LS.MinN, xs))      # noqa: A001
+logsumexp = _reduction(R.LogSumExp, lambda xs: _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs))
+
+
+def _list_normalizer(name, axis, x):
+    """(the list, its logsumexp) for a softmax across a list: a node even for a list of one,
+    so that every list's terms come one step after their scores, as one batch."""
+    if axis not in (-1, 0):
+        raise ValueError(f"{name} over a list runs across the list (axis 0), not axis {axis}")
+    xs = _over_list(name, x)
+    return xs, _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs)
+
+
+def _arg_reduction(op):
+    def function(x, axis=None, keepdims=False):
+        return apply(op, (x,), (None if axis is None else _axis(op.name, axis, x), bool(keepdims)))
+    function.__name__ = function.__qualname__ = op.name
+    function.__doc__ = (f"The index (int64, no gradient) of the first {'largest' if op is R.ArgMax else 'smallest'} "
+                        f"element along `axis`, or in the flattened value (axis None), as numpy.")
+    return function
+
+
+argmax = _arg_reduction(R.ArgMax)
+argmin = _arg_reduction(R.ArgMin)
+
+
+def topk(x, k, axis=-1):
+    """(values, indices) of the k largest elements along `axis`, largest first (ties: lower
+    index first). The values have a gradient; the indices are int64, with none."""
+    attrs = (as_int("topk's k", k), _axis("topk", axis, x))
+    return apply(R.TopK, (x,), attrs + ("values",)), apply(R.TopK, (x,), attrs + ("indices",))
 
 
 def lookup(param, index):
@@ -185,8 +370,23 @@ def pick(x, index):
     return apply(I.Pick, (x,), (), index)
 
 
-def log_softmax(x):
-    return apply(I.LogSoftmax, (x,))
+def softmax(x, axis=-1):
+    """exp(x) / sum(exp(x)) along `axis`. Over a list of values of one type (scores of a
+    per-instance length), across the list, elementwise: a list back, in two batches however
+    the lengths differ (the list's logsumexp, then exp(x_i - it))."""
+    if isinstance(x, (list, tuple)):
+        xs, norm = _list_normalizer("softmax", axis, x)
+        return [apply(E.ExpSub, (v, norm)) for v in xs]
+    return apply(SM.Softmax, (x,), (_axis("softmax", axis, x),))
+
+
+def log_softmax(x, axis=-1):
+    """log softmax(x) along `axis`; over a list of values of one type, across the list (a
+    list back, two batches: see softmax)."""
+    if isinstance(x, (list, tuple)):
+        xs, norm = _list_normalizer("log_softmax", axis, x)
+        return [sub(v, norm) for v in xs]
+    return apply(SM.LogSoftmax, (x,), (_axis("log_softmax", axis, x),))
 
 
 def pick_neg_log_softmax(logits, label):

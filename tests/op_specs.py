@@ -42,6 +42,11 @@ def draw(rng, shape, dom, dtype=np.float64):
     return np.asarray(v, dtype=dtype)
 
 
+def float_loss_term(out, dtype):
+    """An op's result as floats for a loss: an integer one (argmax) cast, its gradient 0."""
+    return out if out.dtype.kind == "f" else hb.cast(out, dtype)
+
+
 def sigmoid_np(x):
     return 1.0 / (1.0 + np.exp(-x))
 
@@ -64,6 +69,7 @@ class Spec:
     ref: Callable                            # (numpy arrays, d, aux) -> numpy array
     aux: Optional[Callable] = None           # (rng, d) -> int, drawn per instance
     batchable: bool = True
+    out_dtype: Optional[type] = None         # an integer result's dtype (argmax); None: the operands'
     scope_op: Optional[str] = None           # the op the call records in a scope, where not `op`
 
     @property
@@ -327,6 +333,177 @@ spec("log_softmax_mat", "log_softmax", _idx_dims, [(lambda d: (d["m"], d["n"]), 
 spec("pick_neg_log_softmax", "pick_neg_log_softmax", _idx_dims, [(lambda d: (d["n"],), "any")],
      lambda xs, d, a: hb.pick_neg_log_softmax(xs[0], a), lambda xs, d, a: -log_softmax_np(xs[0])[a],
      aux=lambda rng, d: rint(rng, 0, d["n"] - 1))
+
+
+# reshapes that name their shape another way: -1, flatten, expand_dims, squeeze
+spec("reshape_infer", "reshape", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.reshape(xs[0], (-1, d["m"])), lambda xs, d, a: xs[0].reshape(-1, d["m"]))
+spec("flatten", "reshape", _rs_dims, [(lambda d: (d["m"], 1, d["n"]), "any")],
+     lambda xs, d, a: hb.flatten(xs[0]), lambda xs, d, a: xs[0].reshape(-1))
+spec("expand_dims", "reshape", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: hb.expand_dims(xs[0], -2), lambda xs, d, a: np.expand_dims(xs[0], -2))
+spec("squeeze", "reshape", _rs_dims, [(lambda d: (1, d["m"], 1), "any")],
+     lambda xs, d, a: hb.squeeze(xs[0], axis=0), lambda xs, d, a: np.squeeze(xs[0], axis=0))
+
+
+# transpose
+def _t3_dims(rng):
+    return {"m": rint(rng), "n": rint(rng), "k": rint(rng)}
+
+
+spec("transpose_T", "transpose", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")],
+     lambda xs, d, a: xs[0].T, lambda xs, d, a: xs[0].T)
+spec("transpose_3d", "transpose", _t3_dims, [(lambda d: (d["m"], d["n"], d["k"]), "any")],
+     lambda xs, d, a: hb.transpose(xs[0], (2, 0, -2)), lambda xs, d, a: np.transpose(xs[0], (2, 0, 1)))
+spec("transpose_vec", "transpose", _rs_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.transpose(xs[0]), lambda xs, d, a: xs[0].T)
+
+# stack
+spec("stack_axis0", "stack", _rank_any, [(_same("s"), "any")] * 3,
+     lambda xs, d, a: hb.stack(xs), lambda xs, d, a: np.stack(xs))
+spec("stack_last", "stack", _rs_dims, [(lambda d: (d["m"], d["n"]), "any")] * 2,
+     lambda xs, d, a: hb.stack(xs, axis=-1), lambda xs, d, a: np.stack(xs, axis=-1))
+spec("stack_self", "stack", _rs_dims, [(lambda d: (d["n"],), "any")] * 2,
+     lambda xs, d, a: hb.stack([xs[0], xs[1], xs[0]], axis=1), lambda xs, d, a: np.stack([xs[0], xs[1], xs[0]], 1))
+
+
+# reductions: every element, an axis, a tuple of axes, keepdims
+def _red_dims(rng):
+    d = {"s": (rint(rng), rint(rng), rint(rng)), "axis": rint(rng, -3, 2)}
+    d["k"] = rint(rng, 1, d["s"][d["axis"]])
+    return d
+
+
+_REDUCTIONS = [("sum", np.sum), ("mean", np.mean), ("max", np.max), ("min", np.min)]
+for _name, _ref in _REDUCTIONS:
+    for _variant, _axis, _keep in [("all", lambda d: None, False), ("axis", lambda d: d["axis"], False),
+                                   ("tuple_keepdims", lambda d: (0, -1), True),
+                                   ("axis_keepdims", lambda d: d["axis"], True)]:
+        _call, _numpy = [(lambda f, ax, keep: lambda xs, d, a: f(xs[0], axis=ax(d), keepdims=keep))(f, _axis, _keep)
+                         for f in (getattr(hb, _name), _ref)]
+        spec(f"{_name}_3d_{_variant}", _name, _red_dims, [(_same("s"), "any")], _call, _numpy)
+spec("max_vec", "max", _rs_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.max(xs[0]), lambda xs, d, a: np.max(xs[0]))
+spec("mean_scalar", "mean", _rs_dims, [(lambda d: (), "any")],
+     lambda xs, d, a: hb.mean(xs[0]), lambda xs, d, a: np.mean(xs[0]))
+for _name, _ref in [("argmax", np.argmax), ("argmin", np.argmin)]:
+    spec(f"{_name}_all", _name, _red_dims, [(_same("s"), "any")],
+         (lambda fn: lambda xs, d, a: fn(xs[0]))(getattr(hb, _name)),
+         (lambda fn: lambda xs, d, a: fn(xs[0]))(_ref), out_dtype=np.int64)
+    spec(f"{_name}_axis_keepdims", _name, _red_dims, [(_same("s"), "any")],
+         (lambda fn: lambda xs, d, a: fn(xs[0], axis=d["axis"], keepdims=True))(getattr(hb, _name)),
+         (lambda fn: lambda xs, d, a: fn(xs[0], axis=d["axis"], keepdims=True))(_ref), out_dtype=np.int64)
+
+
+def topk_np(x, k, axis):
+    """The k largest along axis, largest first; ties: the lower index first."""
+    i = np.take(np.argsort(-x, axis=axis, kind="stable"), np.arange(k), axis=axis)
+    return np.take_along_axis(x, i, axis=axis), i
+
+
+spec("topk_values", "topk", _red_dims, [(_same("s"), "any")],
+     lambda xs, d, a: hb.topk(xs[0], d["k"], axis=d["axis"])[0], lambda xs, d, a: topk_np(xs[0], d["k"], d["axis"])[0])
+spec("topk_indices", "topk", _red_dims, [(_same("s"), "any")],
+     lambda xs, d, a: hb.topk(xs[0], d["k"], axis=d["axis"])[1], lambda xs, d, a: topk_np(xs[0], d["k"], d["axis"])[1],
+     out_dtype=np.int64)
+
+
+# softmax and log_softmax along an axis
+def softmax_np(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+spec("softmax_vec", "softmax", _idx_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.softmax(xs[0]), lambda xs, d, a: softmax_np(xs[0]))
+spec("softmax_axis0", "softmax", _red_dims, [(_same("s"), "any")],
+     lambda xs, d, a: hb.softmax(xs[0], axis=0), lambda xs, d, a: softmax_np(xs[0], 0))
+spec("log_softmax_axis", "log_softmax", _red_dims, [(_same("s"), "any")],
+     lambda xs, d, a: hb.log_softmax(xs[0], axis=d["axis"]),
+     lambda xs, d, a: np.log(softmax_np(xs[0], d["axis"])))
+
+
+def logsumexp_np(x, axis=None, keepdims=False):
+    m = np.max(x, axis=axis, keepdims=True)
+    y = np.log(np.exp(x - m).sum(axis=axis, keepdims=True)) + m
+    return y if keepdims else np.squeeze(y, axis=axis)
+
+
+spec("logsumexp_all", "logsumexp", _red_dims, [(_same("s"), "any")],
+     lambda xs, d, a: hb.logsumexp(xs[0]), lambda xs, d, a: logsumexp_np(xs[0]))
+spec("logsumexp_tuple_keepdims", "logsumexp", _red_dims, [(_same("s"), "any")],
+     lambda xs, d, a: hb.logsumexp(xs[0], axis=(d["axis"],), keepdims=True),
+     lambda xs, d, a: logsumexp_np(xs[0], axis=(d["axis"],), keepdims=True))
+
+
+# over a list of values, elementwise across it (ragged in a scope: ops/lists.py)
+def _list_dims(rng):
+    return {"s": rshape(rng, 0, 2), "j": rint(rng, 0, 2)}
+
+
+for _name, _ref in [("max", np.max), ("min", np.min), ("logsumexp", logsumexp_np)]:
+    spec(f"{_name}_list", f"{_name}_n", _list_dims, [(_same("s"), "any")] * 3,
+         (lambda fn: lambda xs, d, a: fn(list(xs)))(getattr(hb, _name)),
+         (lambda fn: lambda xs, d, a: fn(np.stack(xs), axis=0))(_ref))
+spec("max_list_self", "max_n", _list_dims, [(_same("s"), "any")] * 2,
+     lambda xs, d, a: hb.max([xs[0], xs[1], xs[0]]), lambda xs, d, a: np.maximum(xs[0], xs[1]))
+spec("softmax_list", "exp_sub", _list_dims, [(_same("s"), "any")] * 3,
+     lambda xs, d, a: hb.softmax(list(xs))[d["j"]], lambda xs, d, a: softmax_np(np.stack(xs), 0)[d["j"]])
+spec("softmax_pair", "exp_sub", _list_dims, [(_same("s"), "any")] * 2,
+     lambda xs, d, a: hb.softmax(list(xs))[d["j"] % 2], lambda xs, d, a: softmax_np(np.stack(xs), 0)[d["j"] % 2])
+spec("log_softmax_list", "sub", _list_dims, [(_same("s"), "any")] * 3,
+     lambda xs, d, a: hb.log_softmax(tuple(xs))[d["j"]], lambda xs, d, a: np.log(softmax_np(np.stack(xs), 0))[d["j"]])
+spec("weighted_sum", "add_n", _list_dims, [(lambda d: (), "any")] * 2 + [(_same("s"), "any")] * 2,
+     lambda xs, d, a: hb.weighted_sum(xs[:2], xs[2:]), lambda xs, d, a: xs[0] * xs[2] + xs[1] * xs[3])
+
+
+# powers: a Python exponent (scalar_pow), a value exponent or base (pow)
+for _id, _p, _dom in [("pow_square", 2, "any"), ("pow_half", 0.5, "pos"), ("pow_negative", -1.5, "pos"),
+                      ("pow_cube", 3.0, "any"), ("pow_reciprocal", -1, "pos")]:
+    spec(_id, "scalar_pow", _rank_any, [(_same("s"), _dom)],
+         (lambda p: lambda xs, d, a: xs[0] ** p)(_p), (lambda p: lambda xs, d, a: xs[0] ** p)(_p))
+spec("pow_values", "pow", _bin_dims_same, [(_same("a"), "pos"), (_same("b"), "any")],
+     lambda xs, d, a: xs[0] ** xs[1], lambda xs, d, a: xs[0] ** xs[1])
+spec("pow_mat_vec", "pow", _bin_dims_mat_vec, [(_same("a"), "pos"), (_same("b"), "any")],
+     lambda xs, d, a: hb.pow(xs[0], xs[1]), lambda xs, d, a: xs[0] ** xs[1])
+spec("pow_number_base", "pow", _rank_any, [(_same("s"), "any")],
+     lambda xs, d, a: 2.0 ** xs[0], lambda xs, d, a: 2.0 ** xs[0])
+
+
+# maximum and minimum (clip is one of each)
+for _name, _ref in [("maximum", np.maximum), ("minimum", np.minimum)]:
+    _fn = getattr(hb, _name)
+    for _variant, _dims in [("same", _bin_dims_same), ("mat_vec", _bin_dims_mat_vec), ("scalar", _bin_dims_scalar)]:
+        spec(f"{_name}_{_variant}", _name, _dims, [(_same("a"), "any"), (_same("b"), "any")],
+             (lambda f: lambda xs, d, a: f(xs[0], xs[1]))(_fn), (lambda f: lambda xs, d, a: f(xs[0], xs[1]))(_ref))
+    spec(f"{_name}_number", _name, _rank_any, [(_same("s"), "away0")],
+         (lambda f: lambda xs, d, a: f(0.1, xs[0]))(_fn), (lambda f: lambda xs, d, a: f(0.1, xs[0]))(_ref))
+spec("clip", "minimum", _rank_any, [(_same("s"), "any")],
+     lambda xs, d, a: hb.clip(xs[0], -0.45, 0.55), lambda xs, d, a: np.clip(xs[0], -0.45, 0.55))
+
+
+# where: a numpy mask, a computed bool value as the condition, numbers as the branches
+def _where_dims(rng):
+    d = _bin_dims_mat_vec(rng)
+    d["mask"] = rng.random(d["a"]) < 0.5
+    return d
+
+
+spec("where_mask", "where", _where_dims, [(_same("a"), "any"), (_same("b"), "any")],
+     lambda xs, d, a: hb.where(d["mask"], xs[0], xs[1]), lambda xs, d, a: np.where(d["mask"], xs[0], xs[1]))
+spec("where_value_cond", "where", _where_dims, [(_same("a"), "away0"), (_same("a"), "any"), (_same("b"), "any")],
+     lambda xs, d, a: hb.where(hb.cast(xs[0] * d["mask"].astype(xs[0].dtype), bool), xs[1], xs[2]),
+     lambda xs, d, a: np.where(d["mask"], xs[1], xs[2]))
+spec("where_number", "where", _where_dims, [(_same("a"), "any")],
+     lambda xs, d, a: hb.where(d["mask"][0], -2.0, xs[0]), lambda xs, d, a: np.where(d["mask"][0], -2.0, xs[0]))
+
+
+# cast: between float dtypes (the gradient flows) and to an integer (none)
+spec("cast_float", "cast", _rank_any, [(_same("s"), "any")],
+     lambda xs, d, a: hb.cast(hb.cast(xs[0], np.float64), xs[0].dtype), lambda xs, d, a: xs[0])
+spec("cast_int", "cast", _rank_any, [(lambda d: d["s"], "any")],
+     lambda xs, d, a: hb.cast(xs[0] * 3.0, np.int64), lambda xs, d, a: (xs[0] * 3.0).astype(np.int64),
+     out_dtype=np.int64)
 
 
 # py_func (unbatchable): module-level functions so every instance has one signature

@@ -171,4 +171,35 @@ def test_backward_slice_starting_before_the_front_is_empty(key):
 def test_log_softmax_of_an_empty_axis_raises_at_the_call():
     """It was recorded, then numpy's 'zero-size array to reduction operation maximum' came
     from inside the op at the flush (and eagerly)."""
-    _raises_at_the_call(lambda x: hb.log_softmax(x), (np.zeros(0, np.float32),), match="last one")
+    _raises_at_the_call(lambda x: hb.log_softmax(x), (np.zeros(0, np.float32),), match="needs values along axis 0")
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda x: hb.topk(x, 5), r"topk: .*\(2, 4\).*k = 5 needs 1 <= k <= 4"),
+    (lambda x: hb.transpose(x, (0,)), r"transpose: .*\(2, 4\).*not a permutation"),
+    (lambda x: hb.max(x[:, 0:0], axis=1), r"max: .*\(2, 0\).*axis of length 0 has no value"),
+], ids=["topk_k", "transpose_axes", "max_empty"])
+def test_new_op_shape_errors_name_the_shapes_at_the_call(fn, match):
+    _raises_at_the_call(fn, (np.ones((2, 4), np.float32),), match=match)
+
+
+@pytest.mark.parametrize("mode", ["eager", "scope"])
+def test_max_shares_the_gradient_among_ties_and_where_gives_cond_none(mode):
+    """max over [1, 3, 3] sends half to each 3, as maximum does on a tie; where's condition,
+    a value computed from W, gets no gradient."""
+    W = hb.Parameter("ties", (3,), init=0.0)
+    W.data = np.array([1.0, 3.0, 3.0], np.float32)
+
+    def go():
+        cond = hb.cast(W - 2.0, bool)           # all true: nonzero
+        loss = hb.max(W) + hb.sum(hb.maximum(W, 3.0)) + hb.sum(hb.where(cond, W * 0.0, W))
+        loss.backward()
+        return loss.item()
+
+    if mode == "eager":
+        value = go()
+    else:
+        with hb.batching():
+            value = go()
+    assert value == pytest.approx(3.0 + 9.0)
+    np.testing.assert_array_equal(W.grad, [0.0, 1.0, 1.0])

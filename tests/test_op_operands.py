@@ -60,11 +60,14 @@ def _recorded(spec_, layout, rng):
 def _batch(spec_, sig, d, count, rows, rng):
     """Kernel operands and aux for `rows` nodes of sig: a batched operand (rows,) + shape
     (a ragged op's node by node, `count` each), a shared one whole; values of both signs."""
-    def values(shape):
-        return (rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 2.0, shape)).astype(sig.in_dtypes[0])
+    def values(shape, dtype):
+        if dtype == np.bool_:
+            return rng.random(shape) < 0.5
+        return (rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 2.0, shape)).astype(dtype)
 
     lead = rows * count if sig.op.ragged else rows
-    xs = [values(shape if shared else (lead,) + shape) for shape, shared in zip(sig.in_shapes, sig.shared)]
+    xs = [values(shape if shared else (lead,) + shape, dtype)
+          for shape, dtype, shared in zip(sig.in_shapes, sig.in_dtypes, sig.shared)]
     if sig.op.ragged:
         aux = np.full(rows, count, np.int64)
     elif sig.op.uses_aux:

@@ -268,15 +268,106 @@ class Builder:
             x, b = self.take(F12)
             self.push(hb.reshape(x, M34), b)
 
-    def sum(self):
-        form = self.pick_index(3)
-        shape = self.choice(CORE[1:])
-        x, b = self.take(shape)
-        if form == 0 or len(shape) == 1:
-            self.push(hb.sum(x), b * int(np.prod(shape)))
+    def transpose(self):
+        x, b = self.take(self.choice((M34, M43, M33)))
+        self.push(x.T if self.rng.random() < 0.5 else hb.transpose(x, (1, 0)), b)
+
+    def stack(self):
+        if self.rng.random() < 0.5:
+            items = [self.take(V4) for _ in range(3)]
+            self.push(hb.stack([h for h, _ in items]), max(b for _, b in items))
         else:
-            axis = self.choice((0, 1, -1))
-            self.push(hb.sum(x, axis=axis), b * shape[axis])
+            items = [self.take(V3) for _ in range(4)]
+            self.push(hb.stack([h for h, _ in items], axis=-1), max(b for _, b in items))
+
+    def reduction(self, name):
+        """sum, mean, logsumexp, max or min over every axis, one axis or a tuple, keepdims or not."""
+        shape = self.choice((M34, M43, M33, V3, V4))
+        x, b = self.take(shape)
+        axis = self.choice((None, 0, -1, (0, 1)) if len(shape) == 2 else (None, 0))
+        keepdims = bool(self.rng.random() < 0.3)
+        n = int(np.prod(shape)) if axis is None or axis == (0, 1) else shape[axis]
+        self.push(getattr(hb, name)(x, axis=axis, keepdims=keepdims),
+                  b * n if name == "sum" else b + np.log(n) if name == "logsumexp" else b)
+
+    def list_reduction(self, name):
+        """sum, max, min or logsumexp across a list of 1..6 values of one shape."""
+        shape = self.choice(CORE)
+        n = 1 + self.pick_index(6)
+        items = [self.take(shape, param_ok=n > 1) for _ in range(n)]     # sum([x]) is x itself
+        bound = max(b for _, b in items)
+        if name == "sum":
+            bound = sum(b for _, b in items)
+        elif name == "logsumexp":
+            bound += np.log(len(items))
+        self.push(getattr(hb, name)([h for h, _ in items]), bound)
+
+    def list_softmax(self):
+        """A softmax or log_softmax across a list of values, or attention pooling: a
+        softmax over scalar scores weighing a list of vectors."""
+        form = self.pick_index(3)
+        n = 1 + self.pick_index(6)
+        if form == 2:
+            scores = [self.take(S)[0] for _ in range(n)]
+            shape = self.choice((V3, V4))
+            values = [self.take(shape) for _ in range(n)]
+            self.push(hb.weighted_sum(hb.softmax(scores), [h for h, _ in values]), max(b for _, b in values))
+            return
+        shape = self.choice(CORE)
+        items = [self.take(shape) for _ in range(n)]
+        fn = hb.softmax if form == 0 else hb.log_softmax
+        b = max(b for _, b in items)
+        for y in fn([h for h, _ in items]):
+            self.push(y, 1.0 if form == 0 else 2 * b + np.log(n))
+
+    def arg_reduction(self, name):
+        """argmax or argmin (int64: kept out of the pools, read as floats through a cast)."""
+        x, _ = self.take(self.choice((V3, V4, M34)))
+        i = self.node(getattr(hb, name)(x, axis=self.choice((None, 0))))
+        self.push(hb.cast(i, np.float32), float(np.prod(x.shape)))
+
+    def topk(self):
+        x, b = self.take(self.choice((V4, V7)))
+        values, indices = hb.topk(x, 3)
+        self.push(values, b)
+        self.node(indices)
+        self.push(hb.cast(indices, np.float32) * 0.25, 0.25 * x.shape[0])
+
+    def softmax(self):
+        shape = self.choice((V3, V4, M34, M43))
+        x, _ = self.take(shape)
+        self.push(hb.softmax(x, axis=self.choice((0, -1))), 1.0)
+
+    def scalar_power(self):
+        x, b = self.take(self.choice(CORE))
+        if self.rng.random() < 0.5:
+            self.push(x ** 2, b * b)
+        else:                               # a fractional power of a positive base
+            pos = self.node(hb.sigmoid(x) + 0.5)
+            self.push(pos ** self.choice((0.5, -1.5)), 0.5 ** -1.5)
+
+    def power(self):
+        """A positive base to a value's power."""
+        x, _ = self.take(self.choice(CORE))
+        e, be = self.take(x.shape)
+        pos = self.node(hb.sigmoid(x) + 0.5)
+        self.push(pos ** e, 2.0 ** be)
+
+    def extreme(self, name):
+        shape = self.choice(CORE)
+        (a, ba), (c, bc) = self.take(shape), self.take(self.choice((shape, S)))
+        if self.rng.random() < 0.5:
+            a, ba, c, bc = c, bc, a, ba
+        self.push(getattr(hb, name)(a, c), max(ba, bc))
+
+    def where(self):
+        shape = self.choice(CORE)
+        (a, ba), (c, bc) = self.take(shape), self.take(shape)
+        self.push(hb.where(self.rng.random(shape) < 0.5, a, c), max(ba, bc))
+
+    def cast(self):
+        x, b = self.take(self.choice(CORE))
+        self.push(hb.cast(hb.cast(x, np.float64), np.float32), b)
 
     def lookup(self):
         name = self.choice(("E3", "E4", "E1"))
@@ -290,7 +381,8 @@ class Builder:
     def log_softmax(self):
         shape = self.choice((V3, V4, M34, M43))
         x, b = self.take(shape)
-        self.push(hb.log_softmax(x), 2 * b + np.log(shape[-1]))
+        axis = self.choice((0, -1))
+        self.push(hb.log_softmax(x, axis=axis), 2 * b + np.log(shape[axis]))
 
     def pick_neg_log_softmax(self):
         x, b = self.take(self.choice((V3, V4)))
@@ -330,15 +422,28 @@ class Builder:
         self.loss_terms.append(loss)
 
     BINARY = ("add", "sub", "mul")
-    STEPS = (*UNARY, *BINARY, "scalar", "div", "matmul", "affine", "add_n", "concat",
-             "slice", "reshape", "sum", "lookup", "pick", "log_softmax", "pick_neg_log_softmax",
-             "py_func", "param_read", "block")
+    REDUCTIONS = ("sum", "mean", "logsumexp", "max", "min")
+    ARG_REDUCTIONS = ("argmax", "argmin")
+    LIST_REDUCTIONS = ("sum_list", "max_list", "min_list", "logsumexp_list")
+    EXTREMES = ("maximum", "minimum")
+    STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *LIST_REDUCTIONS, *EXTREMES, "scalar", "div",
+             "matmul", "affine", "add_n", "concat", "slice", "reshape", "transpose", "stack", "topk", "list_softmax",
+             "softmax", "scalar_power", "power", "where", "cast", "lookup", "pick", "log_softmax",
+             "pick_neg_log_softmax", "py_func", "param_read", "block")
 
     def step(self, kind):
         if kind in UNARY:
             self.unary(kind)
         elif kind in self.BINARY:
             self.binary(kind)
+        elif kind in self.REDUCTIONS:
+            self.reduction(kind)
+        elif kind in self.LIST_REDUCTIONS:
+            self.list_reduction(kind[:-len("_list")])
+        elif kind in self.ARG_REDUCTIONS:
+            self.arg_reduction(kind)
+        elif kind in self.EXTREMES:
+            self.extreme(kind)
         else:
             getattr(self, kind)()
 
@@ -570,7 +675,8 @@ class MidReads:
             self.log.append(("read", int(k), nodes[int(k)].asnumpy()))
         if self.rng.random() < 0.3:
             k = int(self.rng.integers(len(nodes)))
-            part = hb.sum(nodes[k]) if nodes[k].shape != () else nodes[k] * 1.0
+            node = nodes[k] if nodes[k].dtype.kind == "f" else hb.cast(nodes[k], np.float32)   # argmax's int64
+            part = hb.sum(node) if node.shape != () else node * 1.0
             part.backward()                  # mid-scope backward: grads accumulate
             self.log.append(("backward", k, part.asnumpy()))
 

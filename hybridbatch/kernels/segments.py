@@ -1,4 +1,5 @@
-"""Sums of consecutive runs of rows (segments): the kernel of a ragged add_n batch."""
+"""Reductions of consecutive runs of rows (segments): the kernels of ragged batches (add_n,
+max_n, min_n, logsumexp_n), whose nodes each reduce their own number of operand rows."""
 import numpy as np
 from numba import njit
 
@@ -35,3 +36,18 @@ def segment_sums(xp, flat, counts):
 def segment_of_rows(counts):
     """Per row of the stacked operands, the segment (node) it belongs to."""
     return np.repeat(np.arange(len(counts)), counts)
+
+
+def segment_reduce(xp, ufunc, flat, counts):
+    """Row b of the result: numpy ufunc `ufunc` (np.maximum, np.minimum) reduced over the next
+    counts[b] rows of flat, each segment alone, so a node's result is the same in any batch."""
+    if xp is np:
+        return ufunc.reduceat(flat, np.cumsum(counts) - counts, axis=0)
+    first = np.cumsum(counts) - counts      # cupy: one step per operand position, as segment_sums
+    step = getattr(xp, ufunc.__name__)
+    out = flat[xp.asarray(first)]
+    for i in range(1, int(counts.max())):
+        more = np.flatnonzero(counts > i)
+        rows = xp.asarray(more)
+        out[rows] = step(out[rows], flat[xp.asarray(first[more] + i)])
+    return out

@@ -239,6 +239,36 @@ class ScalarAffineOperand(Op):
         return gx, gs
 
 
+@register
+class ScalarPow(_Unary):
+    """x ** p for a Python number p (x ** 2, x ** 0.5), attrs (p,) as a float: NaN where numpy
+    gives it (a negative base, a fractional power), and numpy's infinite derivative at 0 for
+    p < 1."""
+    name = "scalar_pow"
+    public = False       # recorded by the operator: x ** 2
+
+    def f(self, xp, x, attrs):
+        return x ** x.dtype.type(attrs[0])
+
+    def df(self, xp, x, y, gy, attrs):
+        p = gy.dtype.type(attrs[0])
+        return gy * (p * x ** (p - 1))
+
+    def scalar(self, attrs, t, x):
+        p = attrs[0]
+        return _power(x, p), [f"{_literal(p)} * {_power(x, p - 1)}"]
+
+
+def _power(x, p):
+    """x ** p for a literal p as rule source. Below 0 the kernels' fast math makes x ** -1.5
+    a reciprocal square root, NaN at 0: the infinity numpy gives there is spelled out (its
+    sign x's for an odd integer p, as IEEE pow)."""
+    if p >= 0:
+        return f"{x} ** {_literal(p)}"
+    inf = "np.copysign(F(np.inf), {x})".format(x=x) if p == int(p) and int(p) % 2 else "F(np.inf)"
+    return f"({x} ** {_literal(p)} if {x} != F(0.0) else {inf})"
+
+
 def _literal(v):
     """A Python scalar as a literal of a fused run's dtype: repr spells inf and nan as names
     the kernel's module does not define."""
@@ -328,6 +358,132 @@ class Div(_Binary):
     def scalar(self, attrs, t, a, b):
         # -(a / b) / b, not -a / (b * b): the square under- or overflows float32 (b = 1e-25)
         return f"{a} / {b}", [f"(F(1.0) / {b})", f"(-{t} / {b})"]
+
+
+@register
+class Pow(_Binary):
+    """a ** b elementwise, floats only. Its derivative by b, y log(a), is 0 where y is (a = 0
+    with b > 0, as PyTorch), not 0 * -inf."""
+    name = "pow"
+
+    def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes, dtypes)
+        return super().infer(attrs, shapes, dtypes)
+
+    f = staticmethod(lambda a, b: a ** b)
+
+    def df(self, a, b, gy, needs):
+        ga = gy * (b * a ** (b - 1)) if needs[0] else None
+        if not needs[1]:
+            return ga, None
+        y = a ** b
+        return ga, gy * np.where(y == 0, y.dtype.type(0), y * np.log(a))
+
+    def scalar(self, attrs, t, a, b):
+        return f"{a} ** {b}", [f"{b} * {a} ** ({b} - F(1.0))", f"(F(0.0) if {t} == F(0.0) else {t} * np.log({a}))"]
+
+
+@register
+class ExpSub(_Binary):
+    """exp(a - b): the terms of a softmax over a list (hb.softmax(xs): b is the list's
+    logsumexp), one op where exp(a - b) would be two batches."""
+    name = "exp_sub"
+    zero_exact = True
+
+    def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes, dtypes)
+        return super().infer(attrs, shapes, dtypes)
+
+    f = staticmethod(lambda a, b: np.exp(a - b))
+
+    def df(self, a, b, gy, needs):
+        ga = gy * np.exp(a - b)
+        return ga, (-ga if needs[1] else None)
+
+    def scalar(self, attrs, t, a, b):
+        return f"np.exp({a} - {b})", [t, f"-{t}"]
+
+
+class _Choose(_Binary):
+    """maximum or minimum: the gradient goes to the operand chosen, half to each on a tie
+    (as PyTorch), so swapping the operands changes nothing."""
+    zero_exact = True
+
+    def df(self, a, b, gy, needs):
+        ga = gy * (self.wins(a, b) + (a == b) * gy.dtype.type(0.5))
+        return ga, (gy - ga if needs[1] else None)
+
+    def scalar(self, attrs, t, a, b):
+        def share(u, v):
+            return f"(F(1.0) if {u} {self.beats} {v} else (F(0.5) if {u} == {v} else F(0.0)))"
+        return f"{self.fn}({a}, {b})", [share(a, b), share(b, a)]
+
+
+@register
+class Maximum(_Choose):
+    """The larger of a and b elementwise (numpy's maximum: NaN if either is)."""
+    name = "maximum"
+    f = staticmethod(np.maximum)
+    wins = staticmethod(lambda a, b: a > b)
+    beats, fn = ">", "max"
+
+
+@register
+class Minimum(_Choose):
+    """The smaller of a and b elementwise (numpy's minimum: NaN if either is)."""
+    name = "minimum"
+    f = staticmethod(np.minimum)
+    wins = staticmethod(lambda a, b: a < b)
+    beats, fn = "<", "min"
+
+
+@register
+class Where(Op):
+    """a where cond is true (nonzero), b elsewhere; all three broadcast per instance. The
+    gradient goes to the operand each element came from; cond gets none (zeros of its dtype)."""
+    name = "where"
+    zero_exact = True
+
+    def infer(self, attrs, shapes, dtypes):
+        check(dtypes[1] == dtypes[2], self.name, shapes, f"dtypes {dtypes[1]} and {dtypes[2]} differ")
+        return broadcast_shape(self.name, shapes), dtypes[1]
+
+    def operands(self, sig, xs):
+        nd = len(sig.out_shape)
+        return [expand(x, s, shp, nd) for x, s, shp in zip(xs, sig.shared, sig.in_shapes)]
+
+    def forward(self, xp, sig, xs, aux):
+        c, a, b = self.operands(sig, xs)
+        return xp.where(c, a, b)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        c, _, _ = self.operands(sig, xs)
+        zero = gy.dtype.type(0)
+        grads = (xp.zeros(xs[0].shape, xs[0].dtype) if needs[0] else None,
+                 xp.where(c, gy, zero) if needs[1] else None,
+                 xp.where(c, zero, gy) if needs[2] else None)
+        return (grads[0],) + tuple(None if g is None else unbroadcast(g, s, shp)
+                                   for g, s, shp in zip(grads[1:], sig.shared[1:], sig.in_shapes[1:]))
+
+
+@register
+class Cast(Op):
+    """x as another dtype (attrs (dtype name,)), as numpy's astype. The gradient goes back
+    between float dtypes; through an integer or bool on either side it is 0."""
+    name = "cast"
+    zero_exact = True
+
+    def infer(self, attrs, shapes, dtypes):
+        return shapes[0], np.dtype(attrs[0])
+
+    def forward(self, xp, sig, xs, aux):
+        return xs[0].astype(sig.out_dtype)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        x = xs[0]
+        if x.dtype.kind == "f" and gy.dtype.kind == "f":
+            return (gy.astype(x.dtype),)
+        return (xp.zeros(x.shape, x.dtype),)
 
 
 @register

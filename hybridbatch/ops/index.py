@@ -7,6 +7,7 @@ import numpy as np
 
 from ..kernels import softmax
 from .registry import Op, register, RowGrad, check, check_float
+from .softmax import log_softmax
 
 
 def _row_range(xp, aux):
@@ -78,29 +79,6 @@ class Pick(Op):
         return (g,)
 
 
-def _log_softmax(xp, x):
-    z = x - x.max(axis=-1, keepdims=True)
-    return z - xp.log(xp.exp(z).sum(axis=-1, keepdims=True))
-
-
-@register
-class LogSoftmax(Op):
-    name = "log_softmax"
-    zero_exact = True
-
-    def infer(self, attrs, shapes, dtypes):
-        check(len(shapes[0]) >= 1 and shapes[0][-1] > 0, self.name, shapes,
-              "needs at least one axis, and values along the last one (a softmax of none is undefined)")
-        check_float(self.name, shapes, dtypes)
-        return shapes[0], dtypes[0]
-
-    def forward(self, xp, sig, xs, aux):
-        return _log_softmax(xp, xs[0])
-
-    def backward(self, xp, sig, xs, aux, y, gy, needs):
-        return (gy - xp.exp(y) * gy.sum(axis=-1, keepdims=True),)
-
-
 @register
 class PickNegLogSoftmax(Op):
     """-log softmax(x)[aux]: the per-instance classification loss, stable for large logits."""
@@ -121,12 +99,12 @@ class PickNegLogSoftmax(Op):
     def forward(self, xp, sig, xs, aux):
         if xp is np:
             return softmax.pick_neg_log_softmax(xs[0], aux)
-        return -_log_softmax(xp, xs[0])[_row_range(xp, aux), aux]
+        return -log_softmax(xp, xs[0])[_row_range(xp, aux), aux]
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
         if xp is np:
             return (softmax.pick_neg_log_softmax_grad(xs[0], aux, gy),)
-        g = xp.exp(_log_softmax(xp, xs[0]))
+        g = xp.exp(log_softmax(xp, xs[0]))
         g[_row_range(xp, aux), aux] -= 1
         g *= gy[:, None]
         return (g,)

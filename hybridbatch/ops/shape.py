@@ -1,4 +1,4 @@
-"""Ops that move values around: inputs, parameter reads, concat, slicing, reshape, sum."""
+"""Ops that move values around: inputs, parameter reads, concat, stack, slicing, reshape, transpose."""
 import numpy as np
 
 from .registry import Op, register, check, as_batched
@@ -151,7 +151,7 @@ class Reshape(Op):
 
     def infer(self, attrs, shapes, dtypes):
         check(all(d >= 0 for d in attrs), self.name, (shapes[0], attrs),
-              "the new shape needs every dimension given (-1 is not inferred)")
+              "a -1 stands for the one dimension that makes the element counts equal")
         check(int(np.prod(attrs, dtype=np.int64)) == int(np.prod(shapes[0], dtype=np.int64)), self.name,
               (shapes[0], attrs), "element counts differ")
         return attrs, dtypes[0]
@@ -164,34 +164,45 @@ class Reshape(Op):
 
 
 @register
-class Sum(Op):
-    """Sum of all elements (attrs (None,)) or along one per-instance axis.
-
-    The dtype is numpy's for a sum (bools and small integers sum as the platform integer):
-    keeping the operand's dtype would wrap a batched int8 sum that eager returns whole."""
-    name = "sum"
+class Transpose(Op):
+    """The per-instance axes permuted (attrs: the permutation, numpy's `axes`)."""
+    name = "transpose"
     zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
-        dtype = np.zeros(0, dtypes[0]).sum().dtype
-        axis = attrs[0]
-        if axis is None:
-            return (), dtype
-        check(0 <= axis < len(shapes[0]), self.name, shapes, f"axis {axis} out of range")
-        return shapes[0][:axis] + shapes[0][axis + 1:], dtype
+        (shape,) = shapes
+        check(sorted(attrs) == list(range(len(shape))), self.name, shapes,
+              f"axes {attrs} are not a permutation of the {len(shape)} axes")
+        return tuple(shape[a] for a in attrs), dtypes[0]
 
     def forward(self, xp, sig, xs, aux):
-        x = xs[0]
-        axis = sig.attrs[0]
-        if axis is None:
-            return x.reshape(x.shape[0], -1).sum(axis=1, dtype=sig.out_dtype)
-        return x.sum(axis=axis + 1, dtype=sig.out_dtype)
+        return xs[0].transpose((0,) + tuple(a + 1 for a in sig.attrs))
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
-        axis = sig.attrs[0]
-        x = xs[0]
-        if axis is None:
-            g = gy.reshape((x.shape[0],) + (1,) * (x.ndim - 1))
-        else:
-            g = xp.expand_dims(gy, axis + 1)
-        return (xp.broadcast_to(g, x.shape).copy(),)
+        return (gy.transpose((0,) + tuple(int(a) + 1 for a in np.argsort(sig.attrs))),)
+
+
+@register
+class Stack(Op):
+    """Values of one shape stacked along a new axis (attrs (axis,))."""
+    name = "stack"
+    zero_exact = True
+
+    def infer(self, attrs, shapes, dtypes):
+        axis = attrs[0]
+        check(all(s == shapes[0] for s in shapes), self.name, shapes, "stack needs equal shapes")
+        check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")
+        check(0 <= axis <= len(shapes[0]), self.name, shapes, f"axis {axis} out of range")
+        return shapes[0][:axis] + (len(shapes),) + shapes[0][axis:], dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        B = xs[sig.node_positions[0]].shape[0]
+        return xp.stack([as_batched(xp, x, s, B) for x, s in zip(xs, sig.shared)], axis=sig.attrs[0] + 1)
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        axis = sig.attrs[0] + 1
+        grads = []
+        for i, (need, shared) in enumerate(zip(needs, sig.shared)):
+            g = gy.take(i, axis=axis) if need else None
+            grads.append(g.sum(axis=0) if need and shared else g)
+        return tuple(grads)

@@ -1,4 +1,4 @@
-"""Python operators (+ - * / @, unary -, indexing) for every value handle.
+"""Python operators (+ - * / ** @, unary -, indexing, .T) for every value handle.
 
 Installed onto Future, Tensor and Parameter by the api module, so `W @ h + b` reads the
 same inside and outside a batching scope.
@@ -28,7 +28,10 @@ def install(cls, api, named=False):
     cls.__rtruediv__ = reflected(api.div)
     cls.__matmul__ = binary(api.matmul)
     cls.__rmatmul__ = reflected(api.matmul)
+    cls.__pow__ = binary(api.pow)
+    cls.__rpow__ = reflected(api.pow)
     cls.__neg__ = lambda self: api.mul(self, -1)
+    cls.T = property(api.transpose)
     cls.__getitem__ = lambda self, key: api.slice(self, key)
     cls.__iter__ = _iterate
     cls.__array_priority__ = 1000   # ndarray op handle -> our reflected operator
