@@ -33,6 +33,7 @@ class _Local(threading.local):
 
 _local = _Local()
 _sig_by_key = signature._sig_by_key
+_input_sigs = {}     # (shape, dtype) -> the Input signature of a constant of that type
 _new = object.__new__
 
 GRANULARITIES = ("op", "block", "auto")
@@ -239,6 +240,8 @@ class batching:
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
         if not self.open:
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
+        if value.__class__ is np.ndarray and value.dtype.kind in "fiub" and backend.xp() is np:
+            return self._owned_constant(value.copy())    # the common case: a copy, as to_array makes
         from .eager import Tensor, refuse_held_values, trainable_source
         refuse_held_values(value)
         if isinstance(value, Tensor):
@@ -290,6 +293,30 @@ class batching:
             self._times["execute"] += t2 - t1
             if self.open:
                 self._times["busy_inside"] += t2 - t0
+
+    def _owned_constant(self, value):
+        """Record an input node holding `value`, a numpy array of a kernel dtype on the numpy
+        backend that nothing else will write (a fresh copy): the hot path of `constant`,
+        with its Input signature looked up by the array's type and the node appended inline."""
+        g = self.graph
+        key = (value.shape, value.dtype)
+        sig = _input_sigs.get(key)
+        if sig is None:
+            sig = _input_sigs[key] = signature.intern(Input, (signature.type_id(*key),), ())
+        if g.origin is not None:        # check_numerics: _add keeps each node's line
+            nid = self._add(sig, (), -1)
+            g.constants[nid] = value
+            return Future(self, nid)
+        nid = len(g.type)
+        g.sig.append(sig.id)
+        g.type.append(sig.out_type)
+        g.aux.append(-1)
+        g.arg_end.append(len(g.args))
+        g.constants[nid] = value
+        f = _new(Future)
+        f.scope = self
+        f.id = nid
+        return f
 
     def value(self, nid):
         """A copy of node nid's value, flushing first if it is still pending (await_flush)."""
