@@ -8,6 +8,7 @@ __version__ = "0.1.0"   # the one source of the version: pyproject.toml reads it
 from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
 from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, add_n, concat, slice, split, reshape, sum,
                   lookup, pick, log_softmax, pick_neg_log_softmax, py_func, learn_policy, FSMPolicy)
+from .api import dropout, seed
 from .hybrid.block import Block, HybridBlock
 from .record.eager import Tensor
 from . import nn
@@ -29,4 +30,5 @@ __all__ = [
     "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows",
     "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
+    "dropout", "seed",
 ]
