@@ -127,6 +127,39 @@ def test_every_call_of_a_traced_block_draws_its_own_mask(granularity):
     assert set(np.unique(outs)) == {0.0, 2.0}
 
 
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+def test_map_instances_draw_the_same_masks_however_their_reads_interleave(model, granularity):
+    """Each instance reads its state after a data-dependent number of steps, so batched
+    instances record in turns while eager mode runs them one after another."""
+    pytest.importorskip("greenlet")
+    data = sequences(n=5, seed=3)
+
+    def instance(i):
+        h = np.zeros(HIDDEN, np.float32)
+        steps = 0
+        for x in data[i]:
+            h = model.cell(x, h)
+            steps += 1
+            if float(hb.sum(h)) > 0 or steps > 2:       # a read: the instance suspends here
+                break
+        return hb.pick_neg_log_softmax(model.out @ model.drop(h), i % 3)
+
+    def run_map(granularity):
+        for p in model.parameters():
+            p.zero_grad()
+        hb.seed(11)
+        if granularity is None:
+            losses = hb.map(instance, range(len(data)))
+            hb.add_n(losses).backward()
+        else:
+            with hb.batching(granularity=granularity):
+                losses = hb.map(instance, range(len(data)))
+                hb.add_n(losses).backward()
+        return np.array([loss.item() for loss in losses]), [p.grad.copy() for p in model.parameters()]
+
+    assert_same_run(run_map(granularity), run_map(None), granularity)
+
+
 def test_eval_makes_dropout_the_identity_and_train_restores_it(model):
     data = sequences()
     trained = run(model, data, "block")

@@ -5,7 +5,8 @@ Each draw gets a key when it is recorded: the seed's stream, numbered in recordi
 (splitmix64), so a node's mask is the same whether it runs alone (eager mode), in any batch,
 in any schedule order or inside a block program; backward hashes it again instead of
 storing it. Inside a traced forward a draw's key is a per-call integer column of the block
-(hybrid/arguments.py, `draw_placeholder`), drawn afresh at each call.
+(hybrid/arguments.py, `draw_placeholder`), drawn afresh at each call. hb.map gives each
+instance a stream of its own (`split`), so its draws do not depend on the interleaving.
 """
 import itertools
 import math
@@ -38,6 +39,25 @@ def seed(n):
         raise TypeError(f"seed must be an integer, not {type(n).__name__}")
     global _stream
     _stream = (_mix(int(n) & _MASK64), itertools.count())
+
+
+def split(n):
+    """n streams of their own, seeded by the next key of the current one: hb.map gives one
+    to each instance, so that an instance's draws do not depend on how the instances'
+    recording interleaves (record/mapping.py)."""
+    base = next_key()
+    return [(_mix((base + (i + 1) * _GOLDEN) & _MASK64), itertools.count()) for i in range(n)]
+
+
+def stream():
+    """The stream draws come from now (to `use` again later)."""
+    return _stream
+
+
+def use(s):
+    """Draw from stream `s` (one of `split`'s, or one `stream()` returned) from now on."""
+    global _stream
+    _stream = s
 
 
 def next_key():
