@@ -10,6 +10,7 @@ from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, po
                   cast, add_n, weighted_sum, concat, stack, slice, split, reshape, flatten, expand_dims, squeeze,
                   transpose, sum, mean, logsumexp, max, min, argmax, argmin, topk, lookup, pick, softmax, log_softmax,
                   pick_neg_log_softmax, py_func, learn_policy, FSMPolicy)
+from .api import dropout, seed
 from .hybrid.block import Block, HybridBlock
 from .record.eager import Tensor
 from . import nn
@@ -32,4 +33,5 @@ __all__ = [
     "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching",
     "Stats", "map", "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows", "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
+    "dropout", "seed",
 ]

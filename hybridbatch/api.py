@@ -8,6 +8,9 @@ from .record.eager import Tensor, constant as _eager_constant, apply as _eager_a
 from .record.future import Future
 from .ops import (OPS, elementwise as E, linalg as L, shape as S, reduce as R, softmax as SM, lists as LS, index as I,
                   custom as C)
+from .ops import random as RND
+from .ops.random import seed  # noqa: F401  (public: hb.seed)
+from .hybrid.arguments import draw_placeholder
 from .ops.registry import as_int
 from .ops.shape import normalize_index
 from .train.parameter import Parameter
@@ -392,6 +395,31 @@ def log_softmax(x, axis=-1):
 def pick_neg_log_softmax(logits, label):
     """-log softmax(logits)[label]: the per-instance classification loss."""
     return apply(I.PickNegLogSoftmax, (logits,), (), label)
+
+
+def dropout_rate(p):
+    """p as a float, or the TypeError / ValueError of a rate outside [0, 1) (at 1 nothing
+    is kept and the scale 1 / (1 - p) is infinite)."""
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, _Number):
+        raise TypeError(f"dropout's p must be a number, not {type(p).__name__}")
+    p = float(p)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout's p must be in [0, 1), got {p}")
+    return p
+
+
+def dropout(x, p):
+    """x with each element zeroed with probability p, the others scaled by 1 / (1 - p).
+
+    Every call draws a fresh mask, also inside a hybridized block (one per block call), from
+    the stream `hb.seed` restarts: one seed gives the same masks in eager and batched runs.
+    p = 0 returns x itself. For a layer that eval() turns off, use nn.Dropout."""
+    p = dropout_rate(p)
+    if p == 0.0:
+        return x
+    scope = _local.scope
+    key = draw_placeholder(scope) if scope is not None and scope.tracing else RND.next_key()
+    return apply(RND.Dropout, (x,), (p,), key)
 
 
 def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):

@@ -505,6 +505,35 @@ spec("cast_int", "cast", _rank_any, [(lambda d: d["s"], "any")],
      lambda xs, d, a: hb.cast(xs[0] * 3.0, np.int64), lambda xs, d, a: (xs[0] * 3.0).astype(np.int64),
      out_dtype=np.int64)
 
+# dropout: the mask from hb.seed(aux)'s first key, by splitmix64 written out in Python ints
+def _splitmix(z):
+    m = (1 << 64) - 1
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+
+
+def dropout_np(x, seed, p):
+    """x * mask / (1 - p): element i kept when splitmix64(key + (i + 1) * golden) >> 11 reaches
+    p * 2^53, key the 63-bit first draw after hb.seed(seed)."""
+    m = (1 << 64) - 1
+    key = _splitmix(_splitmix(seed & m)) >> 1
+    bits = [_splitmix((key + (i + 1) * 0x9E3779B97F4A7C15) & m) >> 11 for i in range(int(np.size(x)))]
+    keep = np.array([b >= np.ceil(p * 2.0 ** 53) for b in bits]).reshape(np.shape(x))
+    return x * keep / (1 - p)
+
+
+def _seeded_dropout(p):
+    def call(xs, d, a):
+        hb.seed(a)
+        return hb.dropout(xs[0], p)
+    return call
+
+
+for _p in (0.25, 0.6):
+    spec(f"dropout_{_p}", "dropout", lambda rng: {"s": rshape(rng, 1, 2, 2, 5)}, [(_same("s"), "any")],
+         _seeded_dropout(_p), (lambda p: lambda xs, d, a: dropout_np(xs[0], a, p))(_p),
+         aux=lambda rng, d: rint(rng, 0, 10 ** 6))
 
 # py_func (unbatchable): module-level functions so every instance has one signature
 def xsin(x):

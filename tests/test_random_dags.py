@@ -84,7 +84,7 @@ class LookedUp(hb.HybridBlock):
         self.w, self.b = params["W34"], params["b3"]
 
     def forward(self, h, x, label=None):
-        y = hb.tanh(hb.affine(self.w, x, self.b)) * h
+        y = hb.dropout(hb.tanh(hb.affine(self.w, x, self.b)), 0.3) * h    # a fresh mask per call
         if label is None:
             return y
         return y, x, hb.pick_neg_log_softmax(y, label)
@@ -399,6 +399,11 @@ class Builder:
             (x, b), (y, _) = self.take(shape), self.take(shape)
             self.push(hb.py_func(gate, x, y, out_shape=shape, grad_fn=gate_grad), b)
 
+    def dropout(self):
+        x, b = self.take(self.choice(CORE))
+        p = self.choice((0.2, 0.5))
+        self.push(hb.dropout(x, p), b / (1 - p))
+
     def param_read(self):
         """An op straight on a Parameter: recording inserts a `param` read."""
         p = self.choice(list(self.by_shape.values()))[0]
@@ -429,7 +434,7 @@ class Builder:
     STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *LIST_REDUCTIONS, *EXTREMES, "scalar", "div",
              "matmul", "affine", "add_n", "concat", "slice", "reshape", "transpose", "stack", "topk", "list_softmax",
              "softmax", "scalar_power", "power", "where", "cast", "lookup", "pick", "log_softmax",
-             "pick_neg_log_softmax", "py_func", "param_read", "block")
+             "pick_neg_log_softmax", "py_func", "dropout", "param_read", "block")
 
     def step(self, kind):
         if kind in UNARY:
@@ -454,6 +459,7 @@ def build(rng, params, hook=None, min_nodes=MIN_NODES):
     hook(nodes), when given, is called after every step (to read values mid-recording).
     """
     b = Builder(rng, params)
+    hb.seed(int(rng.integers(2 ** 32)))     # dropout masks: the same for the same DAG
     for shape in CORE + (V7, M64, M37, F12):
         b.const(shape)
     kinds = list(Builder.STEPS)

@@ -3,7 +3,9 @@
 A call's cache key has one entry per argument: its type id for a value, the Parameter
 itself, INT for an integer, (STATIC, value) for a flag. While tracing, the j-th integer is a
 BlockInt, which ops record as the aux code -2 - j; each call's own integers then travel with
-its node (`int_column` maps a step's code back to j).
+its node (`int_column` maps a step's code back to j). A random draw inside forward
+(hb.dropout) takes the next integer column after the arguments' (`draw_placeholder`), which
+each call fills with a fresh key.
 """
 
 INT = "int"   # an integer argument in a program's cache key
@@ -51,3 +53,12 @@ class BlockInt:
 def int_column(code):
     """The integer argument a step's aux code names (j for -2 - j), or None for a constant."""
     return -code - 2 if code <= -2 else None
+
+
+def draw_placeholder(tracer):
+    """The key of a random draw made while `tracer` traces a forward: a BlockInt for the
+    next integer column after the call's own integers. Each call of the block fills it with
+    a fresh key (HybridBlock's call sites), so the trace keeps no mask for later calls."""
+    code = BlockInt(tracer.trace_ints)
+    tracer.trace_ints += 1
+    return code

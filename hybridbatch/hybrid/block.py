@@ -15,6 +15,7 @@ import numpy as np
 from ..record import eager, scope as _scope
 from ..errors import ScopeError
 from ..record.future import Future
+from ..ops.random import next_keys
 from ..train.parameter import Parameter
 from ..train.parameter_dict import ParameterDict
 from .arguments import INT, STATIC
@@ -33,7 +34,21 @@ def _forget_traces():
     assigned after tracing may have changed what every trace computes."""
     for block in list(_traced):
         block._programs.clear()
+        block._programs_of_modes.clear()
     _traced.clear()
+
+
+def _select_traces_of_modes():
+    """Point every traced block at its programs for the training modes its tree has now.
+    A trace bakes in the modes its forward and the children it inlines read (dropout or
+    not), so each tuple of modes keeps its own programs: eval() and train() between epochs
+    trace each mode once."""
+    for block in list(_traced):
+        modes = block._tree_modes()
+        if modes != block._modes:
+            block._programs_of_modes[block._modes] = block._programs
+            object.__setattr__(block, "_programs", block._programs_of_modes.pop(modes, {}))
+            object.__setattr__(block, "_modes", modes)
 
 
 class Block:
@@ -81,8 +96,40 @@ class Block:
         if _traced:
             _forget_traces()
 
+    training = True     # train() / eval() set it on an instance; nn.Dropout reads it
+
     def forward(self, *args):
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
+
+    def train(self, mode=True):
+        """Training mode (mode=True) or evaluation mode for this block and every block in
+        it; in evaluation mode nn.Dropout is the identity. Returns the block."""
+        changed = False
+        for block in self._tree():
+            if block.training != bool(mode):
+                object.__setattr__(block, "training", bool(mode))
+                changed = True
+        if changed and _traced:
+            _select_traces_of_modes()
+        return self
+
+    def eval(self):
+        """Evaluation mode: train(False)."""
+        return self.train(False)
+
+    def _tree(self):
+        """This block and every block in it, once each, in registration order."""
+        seen, order, todo = set(), [], [self]
+        while todo:
+            block = todo.pop()
+            if id(block) not in seen:
+                seen.add(id(block))
+                order.append(block)
+                todo.extend(reversed(list(block._children.values())))
+        return order
+
+    def _tree_modes(self):
+        return tuple(block.training for block in self._tree())
 
     def __call__(self, *args):
         return self.forward(*args)
@@ -137,7 +184,9 @@ class HybridBlock(Block):
     def __init__(self):
         super().__init__()
         object.__setattr__(self, "_active", False)
-        object.__setattr__(self, "_programs", {})
+        object.__setattr__(self, "_programs", {})     # call key -> Program, for the modes `_modes`
+        object.__setattr__(self, "_modes", None)      # its tree's training modes when traced
+        object.__setattr__(self, "_programs_of_modes", {})   # other modes' programs, kept
         object.__setattr__(self, "auto_inline", False)   # granularity="auto"'s choice for this block
         object.__setattr__(self, "auto_choice", AutoChoice())   # ... and the measurements behind it
 
@@ -174,6 +223,8 @@ class HybridBlock(Block):
                 handles.append(h)
                 key.append(scope.graph.type[h.id] if scope is not None else h.sig.out_type)
         program = self._program(tuple(key))
+        if program.n_draws:
+            ints += next_keys(program.n_draws)
         if scope is None:
             return program.replay(eager.apply, eager.constant, handles, ints)
         return program.replay(scope.record, scope.constant, handles, ints)
@@ -204,7 +255,11 @@ class HybridBlock(Block):
                 key.append(types[i])
         key = tuple(key)
         program = self._programs.get(key)
-        return scope.record_program(program if program is not None else self._program(key), ids, ints)
+        if program is None:
+            program = self._program(key)
+        if program.n_draws:
+            ints += next_keys(program.n_draws)
+        return scope.record_program(program, ids, ints)
 
     def _program(self, key):
         program = self._programs.get(key)
@@ -219,6 +274,7 @@ class HybridBlock(Block):
         finally:
             _scope.end_tracing(tracer)
         _traced.add(self)
+        object.__setattr__(self, "_modes", self._tree_modes())
         return program
 
 

@@ -84,7 +84,8 @@ class Program:
     outputs: tuple
     out_types: tuple
     container: type | None
-    n_ints: int
+    n_ints: int             # integer columns per call: its integer arguments, then n_draws keys
+    n_draws: int            # random keys a call draws (hb.dropout inside forward)
     origins: dict
     owner: InitVar
 
@@ -153,4 +154,5 @@ def with_input_looked_up(program, position, lookup_sig):
                    in_types=program.in_types[:position] + program.in_types[position + 1:],
                    consts=program.consts, outputs=tuple(moved(o) for o in program.outputs),
                    out_types=program.out_types, container=program.container, n_ints=program.n_ints + 1,
+                   n_draws=program.n_draws,
                    origins={moved(s): o for s, o in program.origins.items()}, owner=program.op.owner_block)

@@ -37,6 +37,7 @@ def trace(block, key, tracer):
         inputs.append(Future(tracer, tracer.graph.add(sig.id, (sig.out_type,), (), -1)))
     graph = tracer.graph
     n_inputs = len(graph)
+    tracer.trace_ints = n_ints          # random draws take the integer columns after these
     out = block.forward(*inputs)
     container = list if isinstance(out, list) else tuple if isinstance(out, tuple) else None
     outs = [out] if container is None else list(out)
@@ -50,7 +51,8 @@ def trace(block, key, tracer):
     return Program(name=type(block).__name__, steps=_steps(graph, n_inputs), n_inputs=n_inputs,
                    n_slots=len(graph), in_types=tuple(graph.type[:n_inputs]),
                    consts=list(graph.constants.items()), outputs=outputs,
-                   out_types=tuple(graph.type[o] for o in outputs), container=container, n_ints=n_ints,
+                   out_types=tuple(graph.type[o] for o in outputs), container=container,
+                   n_ints=tracer.trace_ints, n_draws=tracer.trace_ints - n_ints,
                    origins=dict(enumerate(graph.origin or ())), owner=block)
 
 

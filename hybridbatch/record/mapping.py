@@ -11,6 +11,7 @@ The driver of a map nested in an instance is itself an instance of the outer map
 flush suspends to the outer driver, so the inner instances batch with the outer ones.
 """
 from .scope import _local
+from ..ops import random
 
 try:
     from greenlet import greenlet, getcurrent
@@ -29,14 +30,28 @@ def map(fn, instances):
     and `map_errors` every failing instance's exception by index. An exception that is
     not an Exception (KeyboardInterrupt, SystemExit), or a failed flush, stops every
     other instance (GreenletExit raised at its suspended read) and is raised at once.
+    Each instance draws its random keys (hb.dropout) from a stream of its own, in both
+    modes, so its masks do not depend on the order instances record in.
     """
     scope = _local.scope
-    if scope is None or scope.tracing:
+    if scope is not None and scope.tracing:
         return [fn(x) for x in instances]
+    instances = list(instances)
+    streams = random.split(len(instances))      # each instance draws its dropout masks from its own
+    if scope is None:
+        outer = random.stream()
+        try:
+            results = []
+            for x, own in zip(instances, streams):
+                random.use(own)
+                results.append(fn(x))
+            return results
+        finally:
+            random.use(outer)
     if greenlet is None:
         raise ImportError("hb.map inside a batching scope runs each instance as a greenlet, and greenlet is not "
                           "installed: pip install hybridbatch[map]")
-    return _run(scope, fn, list(instances))
+    return _run(scope, fn, instances, streams)
 
 
 class _Instance(greenlet if greenlet is not None else object):
@@ -54,10 +69,12 @@ def _suspend():
     return True
 
 
-def _run(scope, fn, instances):
+def _run(scope, fn, instances, streams):
     """The driver: run every ready instance until it finishes or suspends, flush once for
-    all the suspended ones, resume them; until none is left."""
+    all the suspended ones, resume them; until none is left. Each instance runs on its own
+    random stream, the driver on the one it had."""
     enclosing, scope.suspend = scope.suspend, _suspend
+    outer = random.stream()
     driver = getcurrent()
     lets = []
     for x in instances:
@@ -72,11 +89,14 @@ def _run(scope, fn, instances):
             suspended = []
             for i in ready:
                 g = lets[i]
+                random.use(streams[i])
                 try:
                     out = g.switch()
                 except Exception as e:
                     errors[i] = e
                     continue
+                finally:
+                    random.use(outer)
                 if g.dead:
                     results[i] = out
                 else:
