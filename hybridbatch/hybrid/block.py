@@ -200,11 +200,37 @@ class HybridBlock(Block):
         scope = _local.scope
         if scope is not None and self._active:    # a tracing scope is "op": it inlines
             granularity = scope.granularity
-            if granularity == "block":
-                return self._record_call(scope, args)
+            if granularity == "block" or (granularity == "auto" and not self.auto_inline):
+                # one graph node per call: the hot path, written out in this frame
+                types = scope.graph.type
+                ids, key, ints = [], [], []
+                for a in args:
+                    if a.__class__ is Future and a.scope is scope:     # the common cases first:
+                        i = a.id                                       # exact class tests are
+                        ids.append(i)                                  # cheaper than isinstance
+                        key.append(types[i])
+                    elif a.__class__ is int:
+                        key.append(INT)
+                        ints.append(a)
+                    elif isinstance(a, Parameter):
+                        key.append(a)
+                    elif isinstance(a, _FLAGS):
+                        key.append(_flag(a))
+                    elif isinstance(a, (int, np.integer)):
+                        key.append(INT)
+                        ints.append(int(a))
+                    else:
+                        i = _as_handle(a, scope).id
+                        ids.append(i)
+                        key.append(types[i])
+                key = tuple(key)
+                program = self._programs.get(key)
+                if program is None:
+                    program = self._program(key)
+                if program.n_draws:
+                    ints += next_keys(program.n_draws)
+                return scope.record_program(program, ids, ints)
             if granularity == "auto":
-                if not self.auto_inline:
-                    return self._record_call(scope, args)
                 calls = scope.auto_calls        # inlined, the plan cannot count them
                 calls[self] = calls.get(self, 0) + 1
         if not self._active or (scope is not None and scope.tracing):
@@ -228,38 +254,6 @@ class HybridBlock(Block):
         if scope is None:
             return program.replay(eager.apply, eager.constant, handles, ints)
         return program.replay(scope.record, scope.constant, handles, ints)
-
-    def _record_call(self, scope, args):
-        """One graph node per call (block granularity, and "auto" where the block runs
-        whole): the hot path."""
-        types = scope.graph.type
-        ids, key, ints = [], [], []
-        for a in args:
-            if a.__class__ is Future and a.scope is scope:     # the common cases first:
-                i = a.id                                       # exact class tests are cheaper
-                ids.append(i)                                  # than isinstance
-                key.append(types[i])
-            elif a.__class__ is int:
-                key.append(INT)
-                ints.append(a)
-            elif isinstance(a, Parameter):
-                key.append(a)
-            elif isinstance(a, _FLAGS):
-                key.append(_flag(a))
-            elif isinstance(a, (int, np.integer)):
-                key.append(INT)
-                ints.append(int(a))
-            else:
-                i = _as_handle(a, scope).id
-                ids.append(i)
-                key.append(types[i])
-        key = tuple(key)
-        program = self._programs.get(key)
-        if program is None:
-            program = self._program(key)
-        if program.n_draws:
-            ints += next_keys(program.n_draws)
-        return scope.record_program(program, ids, ints)
 
     def _program(self, key):
         program = self._programs.get(key)
