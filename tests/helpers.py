@@ -31,6 +31,20 @@ class _Fn(hb.HybridBlock):
         return self.fn(*args)
 
 
+def central_differences(loss, p, eps=1e-6):
+    """d loss() / d p.data by central differences, one element at a time (p.data restored)."""
+    numeric = np.zeros(p.shape)
+    base = p.data.copy()
+    for idx in np.ndindex(*p.shape):
+        for sign in (1, -1):
+            moved = base.copy()
+            moved[idx] += sign * eps
+            p.data = moved
+            numeric[idx] += sign * loss().item() / (2 * eps)
+        p.data = base
+    return numeric
+
+
 def recorded(mode, build):
     """build() eagerly (mode "eager") or inside a batching scope of that granularity."""
     if mode == "eager":

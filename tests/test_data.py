@@ -5,7 +5,6 @@ data's SOURCE.md files record; they skip, with the reason, where the data is abs
 """
 import collections
 import json
-import os
 import sys
 
 import numpy as np

@@ -26,6 +26,7 @@ import hybridbatch as hb
 from hybridbatch.record import signature
 from hybridbatch.api import UNARY
 from hybridbatch.ops import OPS
+from helpers import central_differences
 from op_specs import INTERNAL, SPEC_IDS, SPECS, draw, float_loss_term, layouts, make_param, modes_for, root_op
 
 POLICIES = ("agenda", "depth")
@@ -99,15 +100,7 @@ def test_gradients_match_finite_differences(spec_):
             params = [make_param(x, np.float64) for x in arrays]
             _loss(spec_, params, layout, d, aux, weights).backward()
             for j, p in enumerate(params):
-                numeric = np.zeros(p.shape)
-                base = p.data.copy()
-                for idx in np.ndindex(*p.shape):
-                    for sign in (1, -1):
-                        moved = base.copy()
-                        moved[idx] += sign * eps
-                        p.data = moved
-                        numeric[idx] += sign * _loss(spec_, params, layout, d, aux, weights).item() / (2 * eps)
-                    p.data = base
+                numeric = central_differences(lambda: _loss(spec_, params, layout, d, aux, weights), p, eps)
                 np.testing.assert_allclose(p.grad, numeric, rtol=1e-5, atol=1e-7,
                                            err_msg=f"operand {j} layout={layout} {d} aux={aux}")
 

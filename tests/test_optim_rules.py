@@ -122,21 +122,6 @@ def test_rmsprop_options_are_checked():
         hb.Trainer(w, "rmsprop", {"momentum": -0.5})
 
 
-@pytest.mark.parametrize("optimizer, options", [("adamw", {"wd": 0.1}),
-                                                ("rmsprop", {"momentum": 0.9, "centered": True})])
-def test_a_float16_parameter_updates_like_float32_rounded(optimizer, options):
-    """A zero or tiny gradient keeps a float16 parameter finite: the rule runs in float32."""
-    g = np.array([0.5, 0.0, 1e-3, -0.5])
-    ps = {dt: hb.Parameter(f"p{np.dtype(dt).name}", (4,), init=1.0, dtype=dt) for dt in (np.float16, np.float32)}
-    trainer = hb.Trainer(list(ps.values()), optimizer, {"learning_rate": 0.01, **options})
-    for _ in range(3):
-        for dt, p in ps.items():
-            p.grad = g.astype(dt)
-        trainer.step(1)
-        assert ps[np.float16].data.dtype == np.float16
-        np.testing.assert_allclose(ps[np.float16].data, ps[np.float32].data, rtol=2e-3)
-
-
 # -- schedules ----------------------------------------------------------------------------
 
 def test_step_schedule_multiplies_by_gamma_every_n_steps():

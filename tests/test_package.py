@@ -4,14 +4,11 @@ loads neither the workloads package nor the bench extra's dependencies; its top 
 small, one folder per stage."""
 import ast
 import importlib.metadata
-import json
 import pathlib
 import re
 import subprocess
 import sys
 import tomllib
-
-import pytest
 
 import hybridbatch as hb
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hybridbatch.schedule import POLICIES, lower_bound
 from hybridbatch.schedule.offline.automata import core_and_tail, merged_core, part_bound
 from hybridbatch.schedule.offline.bounds import path_bound, tight_lower_bound
-from hybridbatch.schedule.offline.search import _beam, rollout_search
+from hybridbatch.schedule.offline.search import _beam
 from graphs import build, graph_views, n_batches, optimum, rotations
 
 

@@ -99,13 +99,14 @@ def test_adagrad_matches_reference():
         np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("optimizer", ["adam", "adagrad"])
-def test_a_float16_parameter_updates_like_float32_rounded(optimizer):
+@pytest.mark.parametrize("optimizer, options", [("adam", {}), ("adagrad", {}), ("adamw", {"wd": 0.1}),
+                                                ("rmsprop", {"momentum": 0.9, "centered": True})])
+def test_a_float16_parameter_updates_like_float32_rounded(optimizer, options):
     """A zero or tiny gradient updates a float16 parameter to finite values: epsilon must not
     vanish next to the denominator, nor (1 - beta2) g**2 underflow to 0 (NaN or -inf)."""
     g = np.array([0.5, 0.0, 1e-3, -0.5])
     ps = {dt: hb.Parameter(f"p{np.dtype(dt).name}", (4,), init=1.0, dtype=dt) for dt in (np.float16, np.float32)}
-    trainer = hb.Trainer(list(ps.values()), optimizer, {"learning_rate": 0.01})
+    trainer = hb.Trainer(list(ps.values()), optimizer, {"learning_rate": 0.01, **options})
     for _ in range(3):
         for dt, p in ps.items():
             p.grad = g.astype(dt)

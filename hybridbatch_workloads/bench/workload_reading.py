@@ -17,14 +17,13 @@
 """
 from __future__ import annotations
 
-from ..data.conllu import read_conllu, synthetic_tagging
-from ..data.paths import read_data_file
 from ..data.vectors import synthetic_vectors
 from ..models.beam import beam_search
 from ..models.moe import MixtureOfExperts
 from ..models.parser import ArcHybridParser, ParserVocab, is_projective
 from .workload import ReadingWorkload, scaled
 from .workload_nmt import W5NMT
+from .workload_tagger import ud_ewt_sentences
 
 __all__ = ["W9Parser", "W8Gate", "Beam"]
 
@@ -37,17 +36,9 @@ class W9Parser(ReadingWorkload):
     def __init__(self, hidden=256, data_dir=None, seed=0, train_sentences=None, dev_sentences=None,
                  synthetic_train=4000, synthetic_dev=500, min_count=2):
         super().__init__(hidden, data_dir, seed)
+        train, dev = ud_ewt_sentences(data_dir, seed, synthetic_train, synthetic_dev, train_sentences, dev_sentences)
         if data_dir is not None:
-            train = read_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-train.conllu", read_conllu)
-            dev = read_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-dev.conllu", read_conllu)
             self.data_source = "UD English EWT"
-        else:
-            sents = synthetic_tagging(synthetic_train + synthetic_dev, seed=seed)
-            train, dev = sents[:synthetic_train], sents[synthetic_train:]
-        if train_sentences is not None:
-            train = train[:train_sentences]
-        if dev_sentences is not None:
-            dev = dev[:dev_sentences]
         self.vocab = ParserVocab(train, min_count=min_count)
         # docs/workloads.md sizes at hidden 256; --hidden scales them
         self.lstm = scaled(200, hidden)

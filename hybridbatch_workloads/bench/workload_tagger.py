@@ -32,22 +32,25 @@ class TaggedSentence(NamedTuple):
     tag_ids: list
 
 
+def ud_ewt_sentences(data_dir, seed, synthetic_train, synthetic_dev, train_sentences=None, dev_sentences=None):
+    """(train, dev) sentences: UD English EWT's from `data_dir`, else `synthetic_tagging`'s,
+    each list cut to its given length (None: whole)."""
+    if data_dir is not None:
+        train = read_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-train.conllu", read_conllu)
+        dev = read_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-dev.conllu", read_conllu)
+    else:
+        sents = synthetic_tagging(synthetic_train + synthetic_dev, seed=seed)
+        train, dev = sents[:synthetic_train], sents[synthetic_train:]
+    return train[:train_sentences], dev[:dev_sentences]
+
+
 class _TaggerWorkload(Workload):
     chars = False
 
     def __init__(self, hidden=256, data_dir=None, seed=0, train_sentences=None, dev_sentences=None,
                  synthetic_train=4000, synthetic_dev=500, hoist=True):
         super().__init__(hidden, data_dir, seed)
-        if data_dir is not None:
-            train = read_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-train.conllu", read_conllu)
-            dev = read_data_file(data_dir, "ud_english_ewt", "en_ewt-ud-dev.conllu", read_conllu)
-        else:
-            sents = synthetic_tagging(synthetic_train + synthetic_dev, seed=seed)
-            train, dev = sents[:synthetic_train], sents[synthetic_train:]
-        if train_sentences is not None:
-            train = train[:train_sentences]
-        if dev_sentences is not None:
-            dev = dev[:dev_sentences]
+        train, dev = ud_ewt_sentences(data_dir, seed, synthetic_train, synthetic_dev, train_sentences, dev_sentences)
         counts = Counter(t.form for s in train for t in s)
         self.word_vocab = Vocab.build(counts, min_count=MIN_COUNT)
         self.char_vocab = Vocab.build(Counter(ch for w in counts for ch in w)) if self.chars else None
