@@ -34,21 +34,10 @@ class Tensor:
     def asnumpy(self):
         return backend.to_numpy(self.value[0]).copy()
 
-    def item(self):
-        return self.asnumpy().item()
-
-    def __float__(self):
-        return float(self.asnumpy())
-
-    def __int__(self):
-        return int(self.asnumpy())
-
-    def __bool__(self):
-        """numpy's truth value; without it Python fell back to __len__ (a [0.0] was True)."""
-        return bool(self.asnumpy())
-
-    def __array__(self, dtype=None, copy=None):
-        return np.asarray(self.asnumpy(), dtype=dtype)
+    # reads of the numbers, as a Future's (a Tensor's are computed already); bool is numpy's
+    # truth value: without it Python fell back to __len__ (a [0.0] was True)
+    item, __float__, __int__, __bool__, __array__ = (Future.item, Future.__float__, Future.__int__,
+                                                     Future.__bool__, Future.__array__)
 
     def backward(self, retain_graph=False):
         """As Future.backward: once, unless the call before passed retain_graph=True."""
