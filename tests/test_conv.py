@@ -152,7 +152,8 @@ SHAPE_ERRORS = [
 
 
 @pytest.mark.parametrize("in_scope", [False, True])
-@pytest.mark.parametrize("name, call, shapes, match", SHAPE_ERRORS, ids=[f"{c[0]}{i}" for i, c in enumerate(SHAPE_ERRORS)])
+@pytest.mark.parametrize("name, call, shapes, match", SHAPE_ERRORS,
+                         ids=[f"{c[0]}{i}" for i, c in enumerate(SHAPE_ERRORS)])
 def test_bad_shapes_raise_at_the_call_naming_them(name, call, shapes, match, in_scope):
     def go():
         with pytest.raises(hb.ShapeError, match=f"^{name}: .*{match}") as err:
