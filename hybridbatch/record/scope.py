@@ -100,6 +100,7 @@ class batching:
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
         self._entered = self._exited = None
         self.auto_calls = {}        # granularity "auto": inlined block -> its calls since the last flush
+        self.forced_plans = set()   # indices in self.plans of the flushes that reads of pending values forced
         self._since = None          # when the work the next flush ends began (granularity "auto")
 
     # -- scope protocol ---------------------------------------------------------------
@@ -128,7 +129,6 @@ class batching:
 
     # class defaults, set on the scope when first needed
     suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
-    forced_flushes = 0      # flushes that reads of pending values forced
     _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
 
     # -- recording (the hot path) -----------------------------------------------------
@@ -334,7 +334,7 @@ class batching:
         if self.suspend is not None and self.suspend():
             return
         if self.flushed < len(self.graph):
-            self.forced_flushes += 1
+            self.forced_plans.add(len(self.plans))
         self.forward()
 
     def backward(self, nid, retain_graph=False):
@@ -381,6 +381,12 @@ class batching:
                              f"({type(self.failure).__name__}: {self.failure}); its values are not available")
 
     # -- reporting --------------------------------------------------------------------
+    def explain(self):
+        """What the batcher did with this scope's flushed nodes: batches per signature, every
+        node that ran alone and why (runtime/explain.py). Print it, or `.as_dict()`."""
+        from ..runtime.explain import explain
+        return explain(self)
+
     @property
     def stats(self) -> Stats:
         t = self._times
@@ -391,7 +397,7 @@ class batching:
             batches=sum(p.n_batches for p in self.plans),
             lower_bound=self._lower_bound(),
             flushes=len(self.plans),
-            forced_flushes=self.forced_flushes,
+            forced_flushes=len(self.forced_plans),
             record_seconds=max(inside - t["busy_inside"], 0.0),
             schedule_seconds=t["schedule"],
             execute_seconds=t["execute"],

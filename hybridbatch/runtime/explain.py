@@ -1,0 +1,156 @@
+"""`scope.explain()`: what the batcher did with a scope's nodes, in words and as data.
+
+Per recorded signature: its batches, nodes, batch sizes and the bytes its batches copied
+(operand rows gathered by index; a contiguous run of rows is a view and copies nothing) and
+wrote (output rows). Then every node that ran in a batch of one, with the reason the plans
+show: an op that never batches (`py_func`), the only node of its signature in its flush
+(named further when the op ran on other shapes or with another number of operands there,
+or when a read forced that flush), or a signature the flush ran in several batches
+(dependencies, or the policy's order). It reads the scope's plans after the fact; nothing
+is collected while recording or running.
+"""
+import dataclasses
+import statistics
+from collections import Counter, defaultdict
+
+from ..record import signature
+from .plan import SLICE
+
+SINGLES_SHOWN = 20      # singles listed by str(); as_dict() keeps them all
+
+
+@dataclasses.dataclass
+class SignatureReport:
+    """One recorded signature over the whole scope."""
+    description: str        # op or block name, operand shapes, attributes -> output shape
+    batches: int
+    nodes: int
+    smallest: int           # batch sizes
+    median: float
+    largest: int
+    bytes_gathered: int     # operand rows copied into batches
+    bytes_written: int      # output rows
+
+
+@dataclasses.dataclass
+class Single:
+    """A node that ran in a batch of one."""
+    flush: int              # index of the scope's flush (plan) that ran it
+    node: int               # its node id in the scope's graph
+    description: str
+    reason: str
+
+
+@dataclasses.dataclass
+class Explanation:
+    nodes: int
+    batches: int
+    lower_bound: int
+    flushes: int
+    forced_flushes: int
+    seconds: dict           # recording, scheduling, executing, backward
+    signatures: list        # SignatureReport, most batches first
+    singles: list           # Single, in flush and batch order
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+    def __str__(self):
+        lines = [f"{self.nodes} nodes in {self.batches} batches (lower bound {self.lower_bound}) over "
+                 f"{self.flushes} flush{'es' if self.flushes != 1 else ''}"
+                 + (f", {self.forced_flushes} forced by reads" if self.forced_flushes else ""),
+                 "seconds: " + ", ".join(f"{k} {v:.4f}" for k, v in self.seconds.items()),
+                 "", f"{'batches':>7} {'nodes':>7} {'sizes min/median/max':>21} {'gathered':>10} "
+                     f"{'written':>10}  signature"]
+        for s in self.signatures:
+            lines.append(f"{s.batches:>7} {s.nodes:>7} {f'{s.smallest}/{s.median:g}/{s.largest}':>21} "
+                         f"{_size(s.bytes_gathered):>10} {_size(s.bytes_written):>10}  {s.description}")
+        if self.singles:
+            lines += ["", f"{len(self.singles)} node{'s' if len(self.singles) != 1 else ''} ran in a batch of one:"]
+            for s in self.singles[:SINGLES_SHOWN]:
+                lines.append(f"  flush {s.flush}, node {s.node}: {s.description}: {s.reason}")
+            if len(self.singles) > SINGLES_SHOWN:
+                lines.append(f"  ... {len(self.singles) - SINGLES_SHOWN} more (explain().singles has them all)")
+        return "\n".join(lines)
+
+
+def _size(n):
+    for unit in ("B", "KB", "MB"):
+        if n < 1024 or unit == "MB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def explain(scope):
+    """The Explanation of everything the scope has flushed."""
+    sigs = signature.SIGS
+    batches = defaultdict(list)      # recorded signature -> [(size, gathered, written)]
+    singles = []
+    for k, plan in enumerate(scope.plans):
+        recorded = [plan.recorded_sig(b) for b in range(len(plan.sizes))]
+        nodes_of = Counter()
+        batches_of = Counter()
+        for s, size in zip(recorded, plan.sizes):
+            nodes_of[s] += size
+            batches_of[s] += 1
+        for b, (s, size) in enumerate(zip(recorded, plan.sizes)):
+            batches[s].append((size, _gathered(plan, scope.arenas, b), _written(plan, scope.arenas, b)))
+            if size == 1:
+                node = plan.start + int(plan.batch_nodes(b)[0])
+                reason = _why_alone(sigs[s], nodes_of, batches_of, k in scope.forced_plans)
+                singles.append(Single(k, node, sigs[s].describe(), reason))
+    reports = []
+    for s, rows in batches.items():
+        sizes = [r[0] for r in rows]
+        reports.append(SignatureReport(sigs[s].describe(), len(rows), sum(sizes), min(sizes),
+                                       statistics.median(sizes), max(sizes), sum(r[1] for r in rows),
+                                       sum(r[2] for r in rows)))
+    reports.sort(key=lambda r: (-r.batches, -r.nodes))
+    st = scope.stats
+    return Explanation(st.nodes, st.batches, st.lower_bound, st.flushes, st.forced_flushes,
+                       {"recording": st.record_seconds, "scheduling": st.schedule_seconds,
+                        "executing": st.execute_seconds, "backward": st.backward_seconds},
+                       reports, singles)
+
+
+def _why_alone(sig, nodes_of, batches_of, forced):
+    """Why a node of `sig` ran alone, from its flush's counts per recorded signature."""
+    op = sig.op
+    if not op.batchable:
+        return f"{op.name} never batches: each node runs alone (write it with hb ops to batch it)"
+    if batches_of[sig.id] > 1:
+        return (f"its signature ran in {batches_of[sig.id]} batches ({nodes_of[sig.id]} nodes) in this flush: "
+                f"its nodes depend on each other, or the policy ran them apart")
+    others = [signature.SIGS[s] for s in nodes_of if s != sig.id and signature.SIGS[s].op.name == op.name]
+    arity = [o for o in others if len(o.in_shapes) != len(sig.in_shapes)]
+    shapes = [o for o in others if len(o.in_shapes) == len(sig.in_shapes) and o.in_shapes != sig.in_shapes]
+    if shapes:
+        seen = ", ".join(sorted({str(o.in_shapes) for o in shapes})[:3])
+        return f"a shape of its own: {op.name} also ran on {seen} in this flush (shapes never batch together)"
+    if arity:
+        seen = ", ".join(str(n) for n in sorted({len(o.in_shapes) for o in arity})[:5])
+        return (f"an arity of its own ({len(sig.in_shapes)} operands): {op.name} also ran with {seen} in this "
+                f"flush (each arity is a signature)")
+    if others:
+        return f"attributes of its own: {op.name} also ran with other attributes in this flush"
+    if forced:
+        return ("the only such node in a flush a read forced: reading a value mid-scope flushes what is "
+                "recorded so far (record the whole minibatch first, or run instances through hb.map)")
+    return "the only node of its signature in this flush"
+
+
+def _gathered(plan, arenas, b):
+    """Bytes of operand rows batch b copied (rows taken by index; a slice is a view)."""
+    g = plan.gathers
+    total = 0
+    for j in range(g.first[b], g.first[b + 1]):
+        if g.kind[j] != SLICE:
+            a = arenas[g.arena[j]]
+            total += g.size[j] * a[0].nbytes if len(a) else 0
+    return total
+
+
+def _written(plan, arenas, b):
+    """Bytes of output rows batch b wrote."""
+    size = plan.sizes[b]
+    return sum(size * arenas[a][0].nbytes for a, _ in plan.outs[b] if len(arenas[a]))

@@ -1,0 +1,75 @@
+"""scope.explain(): batches per signature, and why each node that ran alone did."""
+import json
+
+import numpy as np
+
+import hybridbatch as hb
+from hybridbatch import nn
+
+
+def _reasons(scope):
+    return [s.reason for s in scope.explain().singles]
+
+
+def test_counts_add_up_to_the_scope_stats_and_the_dict_is_json():
+    cell = nn.LSTMCell(4, 4, seed=0)
+    cell.hybridize()
+    with hb.batching() as scope:
+        losses = []
+        for n in (2, 3, 5):
+            h = c = np.zeros(4, np.float32)
+            for t in range(n):
+                h, c = cell(np.full(4, t, np.float32), h, c)
+            losses.append(hb.sum(h))
+        hb.add_n(losses)
+    report = scope.explain()
+    assert sum(s.batches for s in report.signatures) == scope.stats.batches == report.batches
+    assert sum(s.nodes for s in report.signatures) == scope.stats.nodes
+    lstm = next(s for s in report.signatures if s.description.startswith("block:LSTMCell"))
+    assert (lstm.batches, lstm.nodes, lstm.smallest, lstm.largest) == (5, 10, 1, 3)
+    assert lstm.bytes_written == 10 * 4 * 4 * 2         # h and c, float32
+    assert json.loads(json.dumps(report.as_dict()))["batches"] == scope.stats.batches
+    assert "block:LSTMCell" in str(report)
+
+
+def test_each_reason_a_node_ran_alone():
+    cell = nn.ChildSumTreeLSTMCell(4, 4, seed=0)
+    cell.hybridize()
+    x = np.ones(4, np.float32)
+    with hb.batching() as scope:
+        leaves = [cell(x) for _ in range(3)]
+        cell(x, *leaves[0])                               # arity 3, twice
+        cell(x, *leaves[1])
+        cell(x, *leaves[0], *leaves[1])                   # arity 5, once
+        hb.tanh(hb.tanh(np.ones(2, np.float32)))           # a chain: tanh (2,) in two batches
+        hb.tanh(np.ones(6, np.float32))                    # tanh on a shape of its own
+        hb.py_func(np.negative, hb.sum(leaves[2][0]), out_shape=())
+        hb.exp(np.ones(3, np.float32)).asnumpy()          # a read forces the flush
+        hb.log(np.ones(3, np.float32))
+    reasons = "\n".join(_reasons(scope))
+    assert "an arity of its own (5 operands)" in reasons and "also ran with 1, 3" in reasons
+    assert "its signature ran in 2 batches" in reasons
+    assert "a shape of its own: tanh also ran on ((2,),)" in reasons
+    assert "py_func never batches" in reasons
+    assert "the only node of its signature in this flush" in reasons      # log, after the read
+    assert scope.stats.forced_flushes == 1
+
+
+def test_a_node_alone_in_a_flush_a_read_forced():
+    with hb.batching() as scope:
+        for i in range(3):
+            hb.exp(np.full(2, i, np.float32)).asnumpy()   # one read per instance: nothing batches
+    report = scope.explain()
+    assert report.forced_flushes == 3 == len(report.singles)
+    assert all("a flush a read forced" in s.reason for s in report.singles)
+    assert "3 forced by reads" in str(report)
+
+
+def test_rows_gathered_by_index_are_counted_and_views_are_not():
+    with hb.batching() as scope:
+        hs = [hb.tanh(np.full(3, i, np.float32)) for i in range(4)]     # one batch, rows in order
+        [hb.exp(h) for h in hs]                           # reads them in row order: a view
+        [hb.sigmoid(h) for h in reversed(hs)]             # in reverse: rows gathered by index
+    gathered = {s.description.split("(")[0]: s.bytes_gathered for s in scope.explain().signatures}
+    assert gathered["exp"] == 0
+    assert gathered["sigmoid"] == 4 * 3 * 4
