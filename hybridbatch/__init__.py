@@ -11,6 +11,7 @@ from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, po
                   transpose, sum, mean, logsumexp, max, min, argmax, argmin, topk, lookup, pick, softmax, log_softmax,
                   pick_neg_log_softmax, py_func, conv2d, max_pool2d, avg_pool2d, learn_policy, FSMPolicy)
 from .api import dropout, seed
+from .runtime.profile import Profile, profile
 from .hybrid.block import Block, HybridBlock
 from .record.eager import Tensor
 from . import nn
@@ -33,5 +34,5 @@ __all__ = [
     "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching",
     "Stats", "map", "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows", "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
-    "dropout", "seed",
+    "dropout", "seed", "profile", "Profile",
 ]

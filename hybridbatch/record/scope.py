@@ -20,6 +20,7 @@ from ..hybrid.granularity import choose_granularity
 from .graph import Graph, Growable
 from ..ops.shape import Input, ParamRead
 from ..train.parameter import Parameter
+from ..runtime import profile
 from ..runtime.plan import Plan, graph_lower_bound
 from ..schedule import DEFAULT_POLICY, get_policy
 from ..hybrid.arguments import BlockInt
@@ -101,7 +102,7 @@ class batching:
         self._entered = self._exited = None
         self.auto_calls = {}        # granularity "auto": inlined block -> its calls since the last flush
         self.forced_plans = set()   # indices in self.plans of the flushes that reads of pending values forced
-        self._since = None          # when the work the next flush ends began (granularity "auto")
+        self._since = None          # when the work the next flush ends began: entry, last flush or backward
 
     # -- scope protocol ---------------------------------------------------------------
     def __enter__(self):
@@ -279,11 +280,17 @@ class batching:
         try:
             run_forward(plan, self.arenas, backend.xp(), self.graph.origin)
             self.flushed = plan.stop    # once computed: another thread may read values below it
+            done = time.perf_counter()
+            since = self._since or t0
             if self.granularity == "auto":
-                done = time.perf_counter()
-                choose_granularity(plan, self.auto_calls, done - (self._since or t0))
+                choose_granularity(plan, self.auto_calls, done - since)
                 self.auto_calls = {}
-                self._since = done
+            prof = profile.active()
+            if prof is not None:
+                prof.span("recording", since, t0)
+                prof.span("scheduling", t0, t1, batches=plan.n_batches)
+                prof.span("forward", t1, done)
+            self._since = done
         except BaseException as e:
             self.failure = e
             raise
@@ -353,6 +360,9 @@ class batching:
                      self.flushed, backend.xp(), self.graph.origin)
         self._since = time.perf_counter()
         spent = self._since - t0
+        prof = profile.active()
+        if prof is not None:
+            prof.span("backward", t0, self._since)
         if not retain_graph:
             self._graph_spent.add(nid)
         self._times["backward"] += spent

@@ -16,7 +16,7 @@ from .execute import operands, scatter_add, first_bad_row, raise_numerics
 from ..kernels import blas
 from ..ops import ColumnGrad, OuterGrad, RowGrad
 from ..train.parameter import by_id
-from . import memory
+from . import memory, profile
 from .plan import MIXED
 from ..record import signature
 
@@ -217,12 +217,17 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
 
     grad_arena(loc_arena[seed_node])[loc_row[seed_node]] = 1
     sigs = signature.SIGS
+    prof = profile.active()     # times each batch from its turn to the next one's
     for plan in reversed(plans):
         if plan.start > seed_node:
             continue
+        if prof is not None:
+            prof.backward_batch()
         _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.view.sig,
                         plan.sig_n_out, plan.use_off, plan.use, plan.inside)
         for b in range(plan.n_batches - 1, -1, -1):
+            if prof is not None:
+                prof.backward_batch(plan.recorded_sig(b), plan.sizes[b])
             outs = plan.outs[b]
             nodes = plan.start + plan.batch_nodes(b)
             live = mark[nodes]
@@ -288,6 +293,8 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                         for owner in np.unique(gathers.owners[p:p + gathers.size[k]]):
                             grad_arena(owner)
                     scatter_add(gathers, grads, k, gx)
+    if prof is not None:
+        prof.backward_batch()
 
 
 def _at_rows(gx, rows, size, xp):

@@ -1,4 +1,6 @@
 """Running a Plan: gather operands, one batched kernel per batch, outputs into arena rows."""
+import time
+
 import numpy as np
 
 from ..errors import NumericsError
@@ -6,7 +8,7 @@ from ..kernels import blas, scatter_add_columns, scatter_add_rows
 from ..ops import ColumnGrad
 from ..train.parameter import by_id
 from .plan import SLICE, TAKE
-from . import backend
+from . import backend, profile
 from ..record import signature
 
 
@@ -80,7 +82,10 @@ def run_forward(plan, arenas, xp, origin=None):
 
 def _run_batches(plan, arenas, xp, origin):
     sigs = signature.SIGS
+    prof = profile.active()
     for b, size in enumerate(plan.sizes):
+        if prof is not None:
+            start = time.perf_counter()
         sig = sigs[plan.batch_sig[b]]
         op = sig.op
         dsts = [arenas[a][s:s + size] for a, s in plan.outs[b]]
@@ -96,6 +101,8 @@ def _run_batches(plan, arenas, xp, origin):
                 raise_numerics(plan, b, sig, origin, "produced NaN/inf" + _inside(plan, arenas, b, sig, row, xp), row)
             if yj is not dst:       # written in place by a writes_out op
                 dst[...] = yj
+        if prof is not None:
+            prof.batch(plan.recorded_sig(b), size, start, time.perf_counter(), "forward")
 
 
 def _inside(plan, arenas, b, sig, row, xp):

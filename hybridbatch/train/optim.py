@@ -31,6 +31,7 @@ import json
 import math
 import numbers
 import os
+import time
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from .lr_schedule import Schedule, schedule_from_config
 from .parameter import Parameter
 from .parameter_dict import ParameterDict, write_npz
 from ..kernels.update import descend_and_clear
+from ..runtime import profile
 from ..runtime import backend
 
 __all__ = ["Trainer", "Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "RMSProp", "OPTIMIZERS"]
@@ -572,11 +574,15 @@ class Trainer:
             if norm > self.clip_global_norm:
                 scale *= self.clip_global_norm / norm
         lr = self.current_learning_rate
+        start = time.perf_counter()
         for i, p in active:
             state = self._state(i, p)
             # an embedding's rows: only those this minibatch looked up
             rows = p.grad_rows() if self.optimizer.rows_only(state) else None
             self.optimizer.apply(p, state, scale, lr, rows)
+        prof = profile.active()
+        if prof is not None:
+            prof.span("update", start, time.perf_counter())
         self.step_count += 1
         self._schedule_steps += 1
 

@@ -1,0 +1,129 @@
+"""`hb.profile()`: where the time went over many scopes, and a Chrome trace of it.
+
+While a Profile is active, scopes report their phases (recording, scheduling, forward,
+backward) and Trainer.step its update as spans, and forward and backward time every batch:
+per recorded signature the profile adds up batches, nodes and seconds (`top`), and it keeps
+one trace event per span and per batch (`chrome_trace` writes them as JSON that Perfetto
+and chrome://tracing open). Inactive, the engine reads one module attribute per flush or
+backward and times nothing.
+"""
+import json
+import os
+import threading
+import time
+from collections import defaultdict
+
+from ..record import signature
+
+_active = None      # the Profile being filled, or None
+
+
+def active():
+    """The Profile being filled, or None."""
+    return _active
+
+
+class Profile:
+    """Spans and per-batch times from every scope flushed while it is active (a `with`
+    block). `max_events` bounds the trace kept (the sums per signature go on after it)."""
+
+    def __init__(self, max_events=1_000_000):
+        self.max_events = max_events
+        self.events = []                   # (name, category, start, seconds, args)
+        self.dropped = 0                   # events past max_events
+        self._sums = defaultdict(lambda: [0, 0, 0.0, 0.0])   # sig id -> batches, nodes, fwd s, bwd s
+        self._open = None                  # backward's batch being timed: (sig id, size, start)
+        self._origin = None
+
+    def __enter__(self):
+        global _active
+        if _active is not None:
+            raise RuntimeError("hb.profile() blocks do not nest")
+        self._origin = time.perf_counter() if self._origin is None else self._origin
+        _active = self
+        return self
+
+    def __exit__(self, *exc):
+        global _active
+        _active = None
+        return False
+
+    # -- what the engine reports ---------------------------------------------------------
+    def span(self, name, start, end, **args):
+        """A phase from `start` to `end` (perf_counter seconds)."""
+        self._event(name, "phase", start, end - start, args)
+
+    def batch(self, sig_id, size, start, end, phase):
+        """One batch of `size` nodes of recorded signature `sig_id`, run in `phase`
+        ("forward" or "backward") from `start` to `end`."""
+        sums = self._sums[sig_id]
+        if phase == "forward":
+            sums[0] += 1
+            sums[1] += size
+            sums[2] += end - start
+        else:
+            sums[3] += end - start
+        self._event(signature.SIGS[sig_id].op.name, phase, start, end - start, {"nodes": size, "signature": sig_id})
+
+    def backward_batch(self, sig_id=None, size=0):
+        """Backward's batches, timed from one to the next: close the batch being timed and
+        open `sig_id`'s (None: only close)."""
+        now = time.perf_counter()
+        if self._open is not None:
+            self.batch(self._open[0], self._open[1], self._open[2], now, "backward")
+        self._open = None if sig_id is None else (sig_id, size, now)
+
+    def _event(self, name, category, start, seconds, args):
+        if len(self.events) < self.max_events:
+            self.events.append((name, category, start, seconds, threading.get_ident(), args))
+        else:
+            self.dropped += 1
+
+    # -- what it tells ------------------------------------------------------------------
+    def top(self, n=10):
+        """The n signatures that took the most time, forward and backward together: dicts
+        of description, batches, nodes, forward and backward seconds."""
+        rows = [{"signature": signature.SIGS[s].describe(), "batches": b, "nodes": k, "forward_seconds": f,
+                 "backward_seconds": g} for s, (b, k, f, g) in self._sums.items()]
+        rows.sort(key=lambda r: -(r["forward_seconds"] + r["backward_seconds"]))
+        return rows[:n]
+
+    def phases(self):
+        """Seconds per phase (recording, scheduling, forward, backward, update) over the
+        spans kept."""
+        out = defaultdict(float)
+        for name, category, _, seconds, _, _ in self.events:
+            if category == "phase":
+                out[name] += seconds
+        return dict(out)
+
+    def as_dict(self, n=10):
+        return {"phases": self.phases(), "top": self.top(n), "events": len(self.events), "dropped": self.dropped}
+
+    def chrome_trace(self, path):
+        """Write the spans and batches as Chrome trace JSON (Perfetto, chrome://tracing)."""
+        pid = os.getpid()
+        origin = self._origin or 0.0
+        events = [{"name": name, "cat": category, "ph": "X", "ts": (start - origin) * 1e6, "dur": seconds * 1e6,
+                   "pid": pid, "tid": tid, "args": args}
+                  for name, category, start, seconds, tid, args in self.events]
+        with open(path, "w") as f:
+            json.dump({"traceEvents": events, "displayTimeUnit": "ms",
+                       "otherData": {"dropped_events": self.dropped}}, f)
+        return path
+
+    def __str__(self):
+        phases = self.phases()
+        lines = ["seconds by phase: " + (", ".join(f"{k} {v:.4f}" for k, v in phases.items()) or "none"),
+                 "", f"{'forward s':>10} {'backward s':>10} {'batches':>8} {'nodes':>8}  signature"]
+        for r in self.top():
+            lines.append(f"{r['forward_seconds']:>10.4f} {r['backward_seconds']:>10.4f} {r['batches']:>8} "
+                         f"{r['nodes']:>8}  {r['signature']}")
+        if self.dropped:
+            lines.append(f"({self.dropped} trace events past max_events were not kept)")
+        return "\n".join(lines)
+
+
+def profile(max_events=1_000_000):
+    """A Profile to fill in a `with` block: `with hb.profile() as prof: ...; print(prof)`."""
+    return Profile(max_events)

@@ -1,0 +1,68 @@
+"""hb.profile(): phases and per-batch times over many scopes, and their Chrome trace."""
+import json
+
+import numpy as np
+import pytest
+
+import hybridbatch as hb
+from hybridbatch import nn
+
+
+def _train(cell, trainer, steps=2):
+    scopes = []
+    for _ in range(steps):
+        with hb.batching() as scope:
+            losses = []
+            for n in (2, 3, 5):
+                h = c = np.zeros(4, np.float32)
+                for t in range(n):
+                    h, c = cell(np.full(4, t, np.float32), h, c)
+                losses.append(hb.sum(h))
+            loss = hb.add_n(losses)
+        loss.backward()
+        trainer.step(3)
+        scopes.append(scope)
+    return scopes
+
+
+def test_profile_adds_up_every_scopes_batches_and_phases(tmp_path):
+    cell = nn.LSTMCell(4, 4, seed=0)
+    cell.hybridize()
+    trainer = hb.Trainer(cell.parameters(), "sgd", {"learning_rate": 0.1})
+    _train(cell, trainer, 1)                 # traced and compiled before the profile
+    with hb.profile() as prof:
+        scopes = _train(cell, trainer)
+    assert set(prof.phases()) == {"recording", "scheduling", "forward", "backward", "update"}
+    top = prof.top()
+    assert sum(r["batches"] for r in top) == sum(s.stats.batches for s in scopes)
+    assert sum(r["nodes"] for r in top) == sum(s.stats.nodes for s in scopes)
+    lstm = top[0]
+    assert lstm["signature"].startswith("block:LSTMCell") and lstm["forward_seconds"] > 0
+    assert lstm["backward_seconds"] > 0
+    path = prof.chrome_trace(tmp_path / "t.json")
+    events = json.loads(path.read_text())["traceEvents"]
+    assert len(events) == len(prof.events)
+    assert all(e["ph"] == "X" and e["dur"] >= 0 and e["ts"] >= 0 for e in events)
+    batches = [e for e in events if e["cat"] in ("forward", "backward")]
+    assert {e["name"] for e in batches} >= {"block:LSTMCell", "sum", "add_n"}
+    assert "block:LSTMCell" in str(prof)
+
+
+def test_nothing_is_kept_outside_a_profile_and_blocks_do_not_nest():
+    prof = hb.profile()
+    with hb.batching():
+        hb.tanh(np.ones(2, np.float32))
+    assert prof.events == [] and prof.top() == []
+    with prof:
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with hb.profile():
+                pass
+
+
+def test_events_past_max_events_are_counted_not_kept():
+    with hb.profile(max_events=3) as prof:
+        for i in range(3):
+            with hb.batching():
+                hb.tanh(np.full(2, i, np.float32))
+    assert len(prof.events) == 3 and prof.dropped > 0
+    assert prof.top()[0]["batches"] == 3         # the sums go on
