@@ -3,6 +3,7 @@ from .basic import Dense, Embedding, Sequential
 from .cells import LSTMCell, GRUCell, TreeLSTMCell, ChildSumTreeLSTMCell
 from .dropout import Dropout
 from .normalization import LayerNorm
+from .attention import Attention
 
 __all__ = ["Dense", "Embedding", "Sequential", "LSTMCell", "GRUCell", "TreeLSTMCell", "ChildSumTreeLSTMCell",
-           "Dropout", "LayerNorm"]
+           "Dropout", "LayerNorm", "Attention"]
