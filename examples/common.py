@@ -113,11 +113,50 @@ def train_reading_workload(make_workload, args, metric, optimizer, options):
                   f"instances/s)", flush=True)
         outcome[mode] = losses, predictions
     if args.compare:
-        (eager_losses, eager_out), (batched_losses, batched_out) = outcome["eager"], outcome["batched"]
-        same_losses = np.allclose(batched_losses, eager_losses, rtol=1e-4)
-        differ = sum(not _agree(a, b) for a, b in zip(eager_out, batched_out))
-        if same_losses and not differ:
-            print("eager and batched agree: training losses and every held-out prediction")
-        else:
-            print(f"eager and batched differ: losses {eager_losses} vs {batched_losses}, "
-                  f"{differ} of {len(eager_out)} held-out predictions")
+        report_agreement(outcome)
+
+
+def report_agreement(outcome):
+    """Say whether outcome["eager"] and outcome["batched"] (each: per-epoch training losses,
+    held-out predictions) agree."""
+    (eager_losses, eager_out), (batched_losses, batched_out) = outcome["eager"], outcome["batched"]
+    same_losses = np.allclose(batched_losses, eager_losses, rtol=1e-4)
+    differ = sum(not _agree(a, b) for a, b in zip(eager_out, batched_out))
+    if same_losses and not differ:
+        print("eager and batched agree: training losses and every held-out prediction")
+    else:
+        print(f"eager and batched differ: losses {eager_losses} vs {batched_losses}, "
+              f"{differ} of {len(eager_out)} held-out predictions")
+
+
+def train_classifier(make_model, train, dev, args, optimizer="adam", options=None):
+    """Train a per-instance classifier (`model.loss(instance)`, `model.logits(instance)`,
+    `instance.label`) for args.epochs, printing each epoch's training loss and held-out
+    accuracy (in eval() mode). Dropout draws from `hb.seed(args.seed)`, so with --compare
+    an eager and a batched run from fresh models draw the same masks and must agree."""
+    outcome = {}
+    for mode in ("eager", "batched") if args.compare else (args.mode,):
+        margs = argparse.Namespace(**{**vars(args), "mode": mode})
+        model = make_model()
+        model.hybridize()
+        trainer = hb.Trainer(model.parameters(), optimizer, options or {"learning_rate": args.lr})
+        rng = np.random.default_rng(args.seed)
+        hb.seed(args.seed)
+        losses, predictions = [], []
+        for epoch in range(1, args.epochs + 1):
+            model.train()
+            total, seconds = train_epoch(model.loss, trainer, train, margs, rng)
+            model.eval()
+            logits = []
+            for i in range(0, len(dev), args.batch):
+                batch = dev[i:i + args.batch]
+                logits += [h.asnumpy() for h in run(lambda: [model.logits(x) for x in batch], mode,
+                                                   args.policy, args.granularity)]
+            predictions = [int(np.argmax(v)) for v in logits]
+            accuracy = np.mean([p == x.label for p, x in zip(predictions, dev)]) if dev else 0.0
+            losses.append(total / len(train))
+            print(f"{mode} epoch {epoch}: loss {losses[-1]:.4f} per instance, {len(train) / seconds:.1f} "
+                  f"instances/s; dev accuracy {accuracy:.4f}", flush=True)
+        outcome[mode] = losses, predictions
+    if args.compare:
+        report_agreement(outcome)

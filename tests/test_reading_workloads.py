@@ -205,7 +205,7 @@ def test_beam_of_one_is_greedy_decoding():
 
 # -- bench workloads and examples -----------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["W9", "W8-GATE", "BEAM"])
+@pytest.mark.parametrize("name", ["W9", "W8-GATE", "W8", "BEAM"])
 def test_harness_runs_the_reading_workloads(name):
     res = check_harness_runs(name)
     assert 0 <= res["batched"]["infer"]["accuracy"] <= 1

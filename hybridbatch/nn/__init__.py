@@ -4,6 +4,7 @@ from .conv import Conv2D, MaxPool2D, AvgPool2D
 from .cells import LSTMCell, GRUCell, TreeLSTMCell, ChildSumTreeLSTMCell
 from .dropout import Dropout
 from .normalization import LayerNorm
+from .attention import Attention
 
 __all__ = ["Dense", "Embedding", "Sequential", "LSTMCell", "GRUCell", "TreeLSTMCell", "ChildSumTreeLSTMCell",
-           "Dropout", "LayerNorm", "Conv2D", "MaxPool2D", "AvgPool2D"]
+           "Dropout", "LayerNorm", "Conv2D", "MaxPool2D", "AvgPool2D", "Attention"]

@@ -1,5 +1,5 @@
 """Workload names (W1 ... W6; W4 is three models; the plain formulations W1-NATURAL and W2-NATURAL,
-and CHILDSUM; the workloads that read values as they run, W9, W8-GATE and BEAM) -> Workload
+and CHILDSUM; the workloads that read values as they run, W9, W8-GATE, W8 and BEAM) -> Workload
 classes, imported only when asked for.
 
 Names are upper case: the command line and `Config` upper-case what the user types."""
@@ -22,6 +22,7 @@ WORKLOADS = {
     "CHILDSUM": ("hybridbatch_workloads.bench.workload_natural", "ChildSum"),
     "W9": ("hybridbatch_workloads.bench.workload_reading", "W9Parser"),
     "W8-GATE": ("hybridbatch_workloads.bench.workload_reading", "W8Gate"),
+    "W8": ("hybridbatch_workloads.bench.workload_reading", "W8"),
     "BEAM": ("hybridbatch_workloads.bench.workload_reading", "Beam"),
 }
 
@@ -30,7 +31,7 @@ WORKLOADS = {
 DEFAULT_GRANULARITY = {"W1": "block", "W2": "block", "W3": "block", "W4-TREEGRU": "block",
                        "W4-2TYPE": "block", "W4-MVRNN": "block", "W5": "block", "W6": "block",
                        "W1-NATURAL": "block", "W2-NATURAL": "block", "CHILDSUM": "block",
-                       "W9": "block", "W8-GATE": "block", "BEAM": "block"}
+                       "W9": "block", "W8-GATE": "block", "W8": "block", "BEAM": "block"}
 
 
 class UnknownWorkload(LookupError):

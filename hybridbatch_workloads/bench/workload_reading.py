@@ -8,6 +8,8 @@
 - `W8-GATE`: the mixture of experts (`models/moe.py`), 64 experts of 256 -> 256 -> 256, top 2,
   a 10-class classifier on the mixture, on `synthetic_vectors`; each example reads its gate.
   Docs/workloads.md's acceptance point is `--batch 256`.
+- `W8`: the same model at W8's largest point, 1,024 experts (run it at `--batch 4096`);
+  `benchmarks/moe_sweep.py` sweeps experts and batch sizes and times the experts alone.
 - `BEAM`: beam search (beam 4) with W5's encoder-decoder (`models/beam.py`) on W5's
   synthetic pairs. Inference decodes each source sentence (at most `max_length` words, 50
   by default, W5's longest target); its accuracy is the share of target positions whose
@@ -25,7 +27,7 @@ from .workload import ReadingWorkload, scaled
 from .workload_nmt import W5NMT
 from .workload_tagger import ud_ewt_sentences
 
-__all__ = ["W9Parser", "W8Gate", "Beam"]
+__all__ = ["W9Parser", "W8Gate", "W8", "Beam"]
 
 
 class W9Parser(ReadingWorkload):
@@ -83,7 +85,7 @@ class W8Gate(ReadingWorkload):
     def __init__(self, hidden=256, data_dir=None, seed=0, synthetic_train=4096, synthetic_dev=512,
                  experts=64, k=2):
         if data_dir is not None:
-            raise ValueError("W8-GATE has no real-data reader: it runs on synthetic_vectors")
+            raise ValueError(f"{self.name} has no real-data reader: it runs on synthetic_vectors")
         super().__init__(hidden, data_dir, seed)
         self.k = k
         self.model = MixtureOfExperts(experts=experts, dim=hidden, k=k, classes=self.classes, seed=seed)
@@ -103,6 +105,16 @@ class W8Gate(ReadingWorkload):
         """2 per MAC: the gate, k experts (two dim x dim layers each) and the classifier."""
         d = self.hidden
         return 2 * (self.model.n_experts * d + self.k * 2 * d * d + self.classes * d)
+
+
+class W8(W8Gate):
+    name = "W8"
+    description = ("mixture of 1,024 experts (256 -> 256 relu -> 256), top-2 gate read per example, "
+                   "10-class classifier on the mixture")
+
+    def __init__(self, hidden=256, data_dir=None, seed=0, synthetic_train=8192, synthetic_dev=512,
+                 experts=1024, k=2):
+        super().__init__(hidden, data_dir, seed, synthetic_train, synthetic_dev, experts, k)
 
 
 class Beam(ReadingWorkload, W5NMT):
