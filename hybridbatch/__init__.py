@@ -9,7 +9,7 @@ from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see 
 from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, pow, maximum, minimum, clip, where,
                   cast, add_n, weighted_sum, concat, stack, slice, split, reshape, flatten, expand_dims, squeeze,
                   transpose, sum, mean, logsumexp, max, min, argmax, argmin, topk, lookup, pick, softmax, log_softmax,
-                  pick_neg_log_softmax, py_func, learn_policy, FSMPolicy)
+                  pick_neg_log_softmax, py_func, conv2d, max_pool2d, avg_pool2d, learn_policy, FSMPolicy)
 from .api import dropout, seed
 from .hybrid.block import Block, HybridBlock
 from .record.eager import Tensor
@@ -29,7 +29,7 @@ __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "clip", "where", "cast",
     *_UNARY, "add_n", "weighted_sum", "concat", "stack", "slice", "split", "reshape", "flatten", "expand_dims",
     "squeeze", "transpose", "sum", "mean", "logsumexp", "max", "min", "argmax", "argmin", "topk", "lookup", "pick",
-    "softmax", "log_softmax", "pick_neg_log_softmax", "py_func", "Tensor",
+    "softmax", "log_softmax", "pick_neg_log_softmax", "py_func", "conv2d", "max_pool2d", "avg_pool2d", "Tensor",
     "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching",
     "Stats", "map", "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows", "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",

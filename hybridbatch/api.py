@@ -8,7 +8,7 @@ from .record.eager import Tensor, constant as _eager_constant, apply as _eager_a
 from .record.future import Future
 from .ops import (OPS, elementwise as E, linalg as L, shape as S, reduce as R, softmax as SM, lists as LS, index as I,
                   custom as C)
-from .ops import random as RND
+from .ops import random as RND, conv as CV
 from .ops.random import seed  # noqa: F401  (public: hb.seed)
 from .hybrid.arguments import draw_placeholder
 from .ops.registry import as_int
@@ -202,6 +202,35 @@ def _list_op(ragged, fixed, xs):
     if scope is not None and not scope.tracing:
         return scope.record_ragged(ragged, fixed, xs)
     return apply(fixed, xs)
+
+
+def conv2d(x, weight, bias=None, padding="same"):
+    """The 2-D convolution of a (C, H, W) feature map with an (O, C, k, k) weight, k odd,
+    stride 1, zero padded to keep H x W ("same", the one padding), plus an (O,) bias: (O, H, W).
+    A shared weight makes a batch one GEMM; a per-instance weight works too."""
+    if padding != "same":
+        raise ValueError(f"conv2d pads 'same' only (stride 1, odd k), not {padding!r}")
+    return apply(CV.Conv2D, (x, weight) if bias is None else (x, weight, bias))
+
+
+def _pool(op, x, k):
+    k = as_int(f"{op.name}'s k", k)
+    if k < 1:
+        raise ValueError(f"{op.name}'s window k must be at least 1, got {k}")
+    return apply(op, (x,), (k,))
+
+
+def max_pool2d(x, k=2):
+    """The largest element of each non-overlapping k x k window (stride k) of a (C, H, W)
+    map whose height and width k divides. The gradient goes to the window's largest
+    elements, shared equally where several tie."""
+    return _pool(CV.MaxPool2D, x, k)
+
+
+def avg_pool2d(x, k=2):
+    """The mean of each non-overlapping k x k window (stride k) of a (C, H, W) map whose
+    height and width k divides."""
+    return _pool(CV.AvgPool2D, x, k)
 
 
 def add_n(xs):

@@ -535,6 +535,44 @@ for _p in (0.25, 0.6):
          _seeded_dropout(_p), (lambda p: lambda xs, d, a: dropout_np(xs[0], a, p))(_p),
          aux=lambda rng, d: rint(rng, 0, 10 ** 6))
 
+# convolution (stride 1, same padding) and pooling of (C, H, W) feature maps
+def conv2d_np(x, w, b=None):
+    """The cross-correlation of x (C, H, W) with w (O, C, k, k), zero padded to keep H x W."""
+    p = w.shape[-1] // 2
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(x, ((0, 0), (p, p), (p, p))), w.shape[-2:], (1, 2))
+    y = np.einsum("chwij,ocij->ohw", windows, w)
+    return y if b is None else y + b[:, None, None]
+
+
+def _conv_dims(k):
+    return lambda rng: {"c": rint(rng, 1, 3), "o": rint(rng, 1, 3), "h": rint(rng, 1, 4), "w": rint(rng, 1, 4), "k": k}
+
+
+_map = (lambda d: (d["c"], d["h"], d["w"]), "any")
+_kernel = (lambda d: (d["o"], d["c"], d["k"], d["k"]), "any")
+for _k in (1, 3):
+    spec(f"conv2d_{_k}x{_k}", "conv2d", _conv_dims(_k), [_map, _kernel, (lambda d: (d["o"],), "any")],
+         lambda xs, d, a: hb.conv2d(*xs), lambda xs, d, a: conv2d_np(*xs))
+spec("conv2d_3x3_no_bias", "conv2d", _conv_dims(3), [_map, _kernel],
+     lambda xs, d, a: hb.conv2d(*xs), lambda xs, d, a: conv2d_np(*xs))
+
+
+def _pool_dims(rng):
+    k = rint(rng, 1, 3)
+    return {"k": k, "s": (rint(rng, 1, 3), k * rint(rng, 1, 2), k * rint(rng, 1, 2))}
+
+
+def pool_np(x, k, reduce):
+    c, h, w = x.shape
+    return reduce(x.reshape(c, h // k, k, w // k, k), axis=(2, 4))
+
+
+for _name, _reduce in [("max_pool2d", np.max), ("avg_pool2d", np.mean)]:
+    spec(_name, _name, _pool_dims, [(_same("s"), "any")],
+         (lambda name: lambda xs, d, a: getattr(hb, name)(xs[0], d["k"]))(_name),
+         (lambda r: lambda xs, d, a: pool_np(xs[0], d["k"], r))(_reduce))
+
+
 # py_func (unbatchable): module-level functions so every instance has one signature
 def xsin(x):
     return np.sin(x) * x

@@ -32,6 +32,7 @@ SETTINGS = dict(max_examples=15, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow])
 
 V3, V4, V7, M34, M43, M33, M64, M37, F12, S = (3,), (4,), (7,), (3, 4), (4, 3), (3, 3), (6, 4), (3, 7), (12,), ()
+FM = (2, 4, 4)      # a feature map: channels, height, width
 CORE = (S, V3, V4, M34, M43, M33)
 
 
@@ -58,7 +59,7 @@ def gate_grad(x, y, out, gy):
 # parameters
 # ---------------------------------------------------------------------------------------
 PARAM_SHAPES = {"W34": M34, "W43": M43, "W33": M33, "b3": V3, "b4": V4, "E3": (10, 3), "E4": (8, 4),
-                "E1": (6,), "s": S}
+                "E1": (6,), "s": S, "K3": (2, 2, 3, 3), "K1": (2, 2, 1, 1), "c2": (2,), "X": FM}
 
 
 def make_params(seed=0):
@@ -399,6 +400,23 @@ class Builder:
             (x, b), (y, _) = self.take(shape), self.take(shape)
             self.push(hb.py_func(gate, x, y, out_shape=shape, grad_fn=gate_grad), b)
 
+    def conv2d(self):
+        """A 3x3 or 1x1 convolution of a feature map, with a bias or without; the weight mostly
+        a shared Parameter, else a per-instance value."""
+        k = self.choice((1, 3))
+        x, bx = self.take(FM)
+        if self.rng.random() < 0.75:
+            w, bw = self.params[f"K{k}"], 1.0
+        else:
+            w, bw = self.take((2, 2, k, k), param_ok=False)
+        form = self.pick_index(3)
+        bias, bb = (None, 0.0) if form == 0 else (self.params["c2"], 1.0) if form == 1 else self.take((2,), False)
+        self.push(hb.conv2d(x, w, bias), 2 * k * k * bx * bw + bb)
+
+    def pool(self, name):
+        x, b = self.take(FM)
+        self.push(getattr(hb, name)(x, self.choice((1, 2, 4))), b)
+
     def dropout(self):
         x, b = self.take(self.choice(CORE))
         p = self.choice((0.2, 0.5))
@@ -431,10 +449,11 @@ class Builder:
     ARG_REDUCTIONS = ("argmax", "argmin")
     LIST_REDUCTIONS = ("sum_list", "max_list", "min_list", "logsumexp_list")
     EXTREMES = ("maximum", "minimum")
-    STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *LIST_REDUCTIONS, *EXTREMES, "scalar", "div",
+    POOLS = ("max_pool2d", "avg_pool2d")
+    STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *LIST_REDUCTIONS, *EXTREMES, *POOLS, "scalar", "div",
              "matmul", "affine", "add_n", "concat", "slice", "reshape", "transpose", "stack", "topk", "list_softmax",
              "softmax", "scalar_power", "power", "where", "cast", "lookup", "pick", "log_softmax",
-             "pick_neg_log_softmax", "py_func", "dropout", "param_read", "block")
+             "pick_neg_log_softmax", "py_func", "conv2d", "dropout", "param_read", "block")
 
     def step(self, kind):
         if kind in UNARY:
@@ -449,6 +468,8 @@ class Builder:
             self.arg_reduction(kind)
         elif kind in self.EXTREMES:
             self.extreme(kind)
+        elif kind in self.POOLS:
+            self.pool(kind)
         else:
             getattr(self, kind)()
 
@@ -460,7 +481,7 @@ def build(rng, params, hook=None, min_nodes=MIN_NODES):
     """
     b = Builder(rng, params)
     hb.seed(int(rng.integers(2 ** 32)))     # dropout masks: the same for the same DAG
-    for shape in CORE + (V7, M64, M37, F12):
+    for shape in CORE + (V7, M64, M37, F12, FM):
         b.const(shape)
     kinds = list(Builder.STEPS)
     rng.shuffle(kinds)

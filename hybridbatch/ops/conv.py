@@ -1,0 +1,148 @@
+"""2-D convolution and pooling of per-instance feature maps (channels, height, width).
+
+conv2d is stride 1 with "same" zero padding, for an odd kernel size k. im2col gathers each
+output pixel's C * k * k inputs into a row, so a batch with a shared weight is ONE GEMM of
+B * H * W rows by the weight, as a Dense layer's batch is (kernels/blas.py routes it). Its
+input gradient is the same correlation of the output gradient with the weight flipped in
+space and its channel axes swapped, so it is one GEMM too. A weight that differs per
+instance takes a batched matmul instead.
+
+Pooling takes non-overlapping k x k windows (stride k) of maps whose height and width k
+divides. Max pooling's gradient goes to the elements equal to the window's maximum, shared
+equally where several tie, as hb.max's does (a relu before pooling ties at 0).
+"""
+from ..kernels import blas
+from .registry import Op, as_batched, batch_size, check, check_float, register
+
+
+def _rows(xp, x, k):
+    """im2col: x (B, C, H, W) as (B * H * W, C * k * k) rows, zero padded to keep H x W; a
+    row's columns in the weight's (C, k, k) order, so the weight is read in place."""
+    B, C, H, W = x.shape
+    p = k // 2
+    padded = x
+    if p:
+        padded = xp.zeros((B, C, H + 2 * p, W + 2 * p), x.dtype)
+        padded[:, :, p:p + H, p:p + W] = x
+    rows = xp.empty((B, H, W, C, k, k), x.dtype)
+    for i in range(k):
+        for j in range(k):
+            rows[..., i, j] = padded[:, :, i:i + H, j:j + W].transpose(0, 2, 3, 1)
+    return rows.reshape(B * H * W, C * k * k)
+
+
+def _correlate(xp, x, w, w_shared):
+    """y[b, o] = sum over c of x[b, c] correlated with w[o, c] ([b, o, c] per instance), same
+    padding: (B, O, H, W)."""
+    B, _, H, W = x.shape
+    O, k = w.shape[-4], w.shape[-1]
+    rows = _rows(xp, x, k)
+    if w_shared:
+        y = blas.shared_product(rows, w.reshape(O, -1).T)
+    else:
+        y = xp.matmul(rows.reshape(B, H * W, -1), w.reshape(B, O, -1).transpose(0, 2, 1))
+    return y.reshape(B, H, W, O).transpose(0, 3, 1, 2)
+
+
+@register
+class Conv2D(Op):
+    """The 2-D convolution (cross-correlation, as deep-learning libraries compute it) of a
+    (C, H, W) feature map with an (O, C, k, k) weight for odd k, stride 1, zero padded to keep
+    H x W, plus an (O,) bias when given: (O, H, W)."""
+    name = "conv2d"
+    cost = 1
+    zero_exact = True
+
+    def infer(self, attrs, shapes, dtypes):
+        x, w = shapes[:2]
+        check(len(x) == 3, self.name, shapes, "takes a (channels, height, width) feature map per instance")
+        check(len(w) == 4 and w[2] == w[3] and w[2] % 2 == 1, self.name, shapes,
+              "takes an (out_channels, in_channels, k, k) weight with an odd k (same padding)")
+        check(w[1] == x[0], self.name, shapes, f"the weight reads {w[1]} channels, the feature map has {x[0]}")
+        if len(shapes) == 3:
+            check(shapes[2] == (w[0],), self.name, shapes, f"the bias must be ({w[0]},), one per output channel")
+        check(len(set(dtypes)) == 1, self.name, shapes, f"operands must share one dtype, not {dtypes}")
+        check_float(self.name, shapes, dtypes)
+        return (w[0],) + x[1:], dtypes[0]
+
+    def forward(self, xp, sig, xs, aux):
+        x = as_batched(xp, xs[0], sig.shared[0], batch_size(xs, sig))
+        y = _correlate(xp, x, xs[1], sig.shared[1])
+        if len(xs) == 3:
+            y = y + (xs[2][:, None, None] if sig.shared[2] else xs[2][:, :, None, None])
+        return y
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        x_shared, w_shared = sig.shared[:2]
+        w = xs[1]
+        grads = [None] * len(xs)
+        if needs[0]:
+            gx = _correlate(xp, gy, w[..., ::-1, ::-1].swapaxes(-4, -3), w_shared)
+            grads[0] = gx.sum(axis=0) if x_shared else gx
+        if needs[1]:
+            B, O, H, W = gy.shape
+            rows = _rows(xp, as_batched(xp, xs[0], x_shared, B), w.shape[-1])
+            g = gy.transpose(0, 2, 3, 1).reshape(B * H * W, O)
+            if w_shared:
+                gw = blas.gemm(g.T, rows)
+            else:
+                gw = xp.matmul(g.reshape(B, H * W, O).transpose(0, 2, 1), rows.reshape(B, H * W, -1))
+            grads[1] = gw.reshape(w.shape)
+        if len(xs) == 3 and needs[2]:
+            gb = gy.sum(axis=(2, 3))
+            grads[2] = gb.sum(axis=0) if sig.shared[2] else gb
+        return tuple(grads)
+
+
+class _Pool(Op):
+    """Non-overlapping k x k windows of a (C, H, W) map, attrs (k,): (C, H / k, W / k)."""
+    zero_exact = True
+
+    def infer(self, attrs, shapes, dtypes):
+        (k,), (x,) = attrs, shapes
+        check(len(x) == 3, self.name, shapes, "takes a (channels, height, width) feature map per instance")
+        check(x[1] % k == 0 and x[2] % k == 0, self.name, shapes,
+              f"the window {k} must divide the height {x[1]} and the width {x[2]}")
+        check_float(self.name, shapes, dtypes)
+        return (x[0], x[1] // k, x[2] // k), dtypes[0]
+
+    @staticmethod
+    def windows(x, k):
+        """x (B, C, H, W) as (B, C, H / k, k, W / k, k): window axes 3 and 5."""
+        B, C, H, W = x.shape
+        return x.reshape(B, C, H // k, k, W // k, k)
+
+    @staticmethod
+    def spread(g):
+        """A (B, C, Ho, Wo) value aligned with the windows' elements."""
+        return g[:, :, :, None, :, None]
+
+
+@register
+class MaxPool2D(_Pool):
+    """The largest element of each k x k window; the gradient goes to the elements equal to
+    it, shared equally where several tie."""
+    name = "max_pool2d"
+
+    def forward(self, xp, sig, xs, aux):
+        return self.windows(xs[0], sig.attrs[0]).max(axis=(3, 5))
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        at = self.windows(xs[0], sig.attrs[0]) == self.spread(y)
+        ties = at.sum(axis=(3, 5), keepdims=True, dtype=gy.dtype)
+        return ((at * (self.spread(gy) / ties)).reshape(xs[0].shape),)
+
+
+@register
+class AvgPool2D(_Pool):
+    """The mean of each k x k window."""
+    name = "avg_pool2d"
+
+    def forward(self, xp, sig, xs, aux):
+        return self.windows(xs[0], sig.attrs[0]).mean(axis=(3, 5))
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        k = sig.attrs[0]
+        B, C, Ho, Wo = gy.shape
+        share = xp.broadcast_to(self.spread(gy) / (k * k), (B, C, Ho, k, Wo, k))
+        return (share.reshape(xs[0].shape),)
