@@ -214,6 +214,7 @@ def conv2d(x, weight, bias=None, padding="same"):
 
 
 def _pool(op, x, k):
+    """One pooling node, its window k checked at the call (an int >= 1)."""
     k = as_int(f"{op.name}'s k", k)
     if k < 1:
         raise ValueError(f"{op.name}'s window k must be at least 1, got {k}")
