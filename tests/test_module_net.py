@@ -1,10 +1,11 @@
 """W7, the IEP module network: batched runs give eager mode's losses and gradients at every
-granularity, the workload runs through the harness, it reads the CLEVR programs when they
-are present, and a program the model cannot run is refused at the call."""
+granularity, the workload runs through the harness and its example trains, it reads the
+CLEVR programs when they are present, and a program the model cannot run is refused at the
+call."""
 import numpy as np
 import pytest
 
-from helpers import check_harness_runs
+from helpers import check_harness_runs, run_example
 
 import hybridbatch as hb
 from hybridbatch_workloads.bench.workload_module_net import (W7ModuleNet, forward_execution_speedup,
@@ -74,6 +75,13 @@ def test_w7_reads_the_clevr_programs():
         batched = [wl.loss(q) for q in questions]
     eager = [wl.loss(q).item() for q in questions]
     np.testing.assert_allclose([f.item() for f in batched], eager, rtol=1e-5)
+
+
+def test_the_example_trains_eagerly_and_batched_alike():
+    done = run_example("module_net.py", "--limit", "16", "--dev", "8", "--hidden", "16", "--batch", "8",
+                       "--epochs", "1", "--compare")
+    assert done.returncode == 0, done.stderr
+    assert "batched epoch 1" in done.stdout and "eager and batched agree" in done.stdout
 
 
 def test_a_program_the_model_cannot_run_is_refused():

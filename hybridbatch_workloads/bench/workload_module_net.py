@@ -115,10 +115,14 @@ class W7ModuleNet(Workload):
         return self.model.loss(instance.program, instance.scene, instance.answer)
 
     def predict(self, instance):
-        return [self.model.logits(instance.program, instance.scene)]
+        return self.model.logits(instance.program, instance.scene)
 
-    def gold(self, instance):
-        return [instance.answer]
+    def read_prediction(self, prediction):
+        """The answer logits (one array: a question has one answer)."""
+        return prediction.asnumpy()
+
+    def score(self, instance, logits):
+        return int(np.argmax(logits) == instance.answer), 1
 
     def forward_flops(self, instance):
         """2 per MAC over the 8 x 8 positions: two conv3x3 (C x 9C) per node, a conv1x1
