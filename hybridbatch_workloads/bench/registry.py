@@ -1,4 +1,4 @@
-"""Workload names (W1 ... W6; W4 is three models; the plain formulations W1-NATURAL and W2-NATURAL,
+"""Workload names (W1 ... W7; W4 is three models; the plain formulations W1-NATURAL and W2-NATURAL,
 and CHILDSUM; the workloads that read values as they run, W9, W8-GATE, W8 and BEAM) -> Workload
 classes, imported only when asked for.
 
@@ -17,6 +17,7 @@ WORKLOADS = {
     "W4-MVRNN": ("hybridbatch_workloads.bench.workload_tree_variants", "W4MVRNN"),
     "W5": ("hybridbatch_workloads.bench.workload_nmt", "W5NMT"),
     "W6": ("hybridbatch_workloads.bench.workload_lattice", "W6Lattice"),
+    "W7": ("hybridbatch_workloads.bench.workload_module_net", "W7ModuleNet"),
     "W1-NATURAL": ("hybridbatch_workloads.bench.workload_natural", "W1Natural"),
     "W2-NATURAL": ("hybridbatch_workloads.bench.workload_natural", "W2Natural"),
     "CHILDSUM": ("hybridbatch_workloads.bench.workload_natural", "ChildSum"),
@@ -27,9 +28,9 @@ WORKLOADS = {
 }
 
 # granularity used when the command line names none: every tree node, recurrent step, lattice
-# cell and per-step output of these models is one hybridized block call
+# cell, program module and per-step output of these models is one hybridized block call
 DEFAULT_GRANULARITY = {"W1": "block", "W2": "block", "W3": "block", "W4-TREEGRU": "block",
-                       "W4-2TYPE": "block", "W4-MVRNN": "block", "W5": "block", "W6": "block",
+                       "W4-2TYPE": "block", "W4-MVRNN": "block", "W5": "block", "W6": "block", "W7": "block",
                        "W1-NATURAL": "block", "W2-NATURAL": "block", "CHILDSUM": "block",
                        "W9": "block", "W8-GATE": "block", "W8": "block", "BEAM": "block"}
 
