@@ -466,7 +466,11 @@ def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
     dtype = np.dtype(out_dtype)
     if dtype.kind not in "biufc":
         raise TypeError(f"py_func's out_dtype must be numeric (bool, integer, float or complex), not {dtype}")
-    return apply(C.PyFunc, xs, (fn, grad_fn, shape, dtype))
+    out = apply(C.PyFunc, xs, (fn, grad_fn, shape, dtype))
+    scope = _local.scope
+    if scope is not None and not scope.tracing:
+        scope.note_line(out.id)         # a node that runs alone: explain() names its line
+    return out
 
 
 for _cls in (Future, Tensor, Parameter):

@@ -75,3 +75,42 @@ def test_rows_gathered_by_index_are_counted():
     gathered = {s.description.split("(")[0]: s.bytes_gathered for s in scope.explain().signatures}
     assert sorted([gathered["exp"], gathered["sigmoid"]]) == [0, 4 * 3 * 4]
     assert gathered["mul"] <= 4 * 3 * 4                   # the h rows at most, never w
+
+
+def test_a_tree_lstm_with_its_own_classifier_lists_the_classifier_and_loss_batches():
+    cell, classifier = nn.TreeLSTMCell(4, 4, seed=0), nn.Dense(3, 4, seed=1)
+    cell.hybridize()
+    classifier.hybridize()
+
+    def encode(depth, losses):
+        if depth == 0:
+            h, c = cell(np.ones(4, np.float32))
+        else:
+            h, c = cell(encode(depth - 1, losses), encode(depth - 2 if depth > 1 else 0, losses))
+        losses.append(hb.pick_neg_log_softmax(classifier(h), depth % 3))
+        return h, c
+
+    with hb.batching() as scope:
+        losses = []
+        for depth in (1, 2, 3):
+            encode(depth, losses)
+        hb.add_n(losses)
+    names = [s.description for s in scope.explain().signatures]
+    assert any(n.startswith("block:Dense") for n in names)
+    assert any(n.startswith("pick_neg_log_softmax") for n in names)
+    assert any(n.startswith("block:TreeLSTMInternal") for n in names)
+
+
+def test_a_py_func_node_is_named_with_its_line():
+    with hb.batching() as scope:
+        x = hb.sum(hb.tanh(np.ones(3, np.float32)))
+        hb.py_func(np.negative, x, out_shape=())          # the line explain() names
+    (single,) = [s for s in scope.explain().singles if s.description.startswith("py_func")]
+    assert "py_func never batches" in single.reason
+    assert single.reason.endswith(f"test_explain.py:{_line_of('hb.py_func(np.negative, x')}")
+
+
+def _line_of(text):
+    """The number of this file's first line holding `text`, this helper's own lines aside."""
+    lines = open(__file__).read().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line and "_line_of" not in line)

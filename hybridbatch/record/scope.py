@@ -102,6 +102,7 @@ class batching:
         self._entered = self._exited = None
         self.auto_calls = {}        # granularity "auto": inlined block -> its calls since the last flush
         self.forced_plans = set()   # indices in self.plans of the flushes that reads of pending values forced
+        self.node_lines = {}        # node -> the user's line that recorded it, for nodes that run alone
         self._since = None          # when the work the next flush ends began: entry, last flush or backward
 
     # -- scope protocol ---------------------------------------------------------------
@@ -198,6 +199,10 @@ class batching:
             return self.record(fixed, args)
         sig = _sig_by_key.get((op.id, (), tuple(types))) or signature.intern(op, (), tuple(types))
         return Future(self, self._add(sig, ids, -1))
+
+    def note_line(self, nid):
+        """Keep the line of the user's code that recorded node nid (explain() names it)."""
+        self.node_lines[nid] = _caller()
 
     def _add(self, sig, ids, aux):
         g = self.graph

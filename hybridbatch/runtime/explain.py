@@ -98,6 +98,9 @@ def explain(scope):
             if size == 1:
                 node = plan.start + int(plan.batch_nodes(b)[0])
                 reason = _why_alone(sigs[s], nodes_of, batches_of, k in scope.forced_plans)
+                line = scope.graph.origin[node] if scope.graph.origin is not None else scope.node_lines.get(node)
+                if line is not None:
+                    reason += f"; recorded at {line}"
                 singles.append(Single(k, node, sigs[s].describe(), reason))
     reports = []
     for s, rows in batches.items():
