@@ -402,6 +402,12 @@ class batching:
         from ..runtime.explain import explain
         return explain(self)
 
+    def to_dot(self, path=None):
+        """The flushed graph coloured by batch (runtime/graph_dot.py): its DOT text, or, with
+        a path, the file written (SVG for a .svg path where graphviz can render it)."""
+        from ..runtime import graph_dot
+        return graph_dot.dot_text(self) if path is None else graph_dot.write(self, path)
+
     @property
     def stats(self) -> Stats:
         t = self._times
