@@ -66,3 +66,25 @@ def test_events_past_max_events_are_counted_not_kept():
                 hb.tanh(np.full(2, i, np.float32))
     assert len(prof.events) == 3 and prof.dropped > 0
     assert prof.top()[0]["batches"] == 3         # the sums go on
+
+
+def test_the_trace_of_three_w1_training_steps_holds_the_documented_events(tmp_path):
+    from hybridbatch_workloads.bench.registry import make_workload
+    wl = make_workload("W1", hidden=8)
+    wl.hybridize()
+    trainer = hb.Trainer(wl.parameters(), "sgd", {"learning_rate": 0.05})
+    pool = list(wl.train_instances())
+    with hb.profile() as prof:
+        for i in range(3):
+            with hb.batching():
+                loss = wl.minibatch_loss(pool[8 * i:8 * (i + 1)])
+            loss.backward()
+            trainer.step(8)
+    events = json.loads(prof.chrome_trace(tmp_path / "w1.json").read_text())["traceEvents"]
+    phases = [e["name"] for e in events if e["cat"] == "phase"]
+    assert phases.count("update") == 3 and phases.count("backward") == 3
+    assert set(phases) == {"recording", "scheduling", "forward", "backward", "update"}
+    batches = [e for e in events if e["cat"] in ("forward", "backward")]
+    assert {e["cat"] for e in batches} == {"forward", "backward"}
+    assert {e["name"] for e in batches} == {r["signature"].split("(")[0] for r in prof.top(10 ** 6)}
+    assert all(e["args"]["nodes"] >= 1 for e in batches)
