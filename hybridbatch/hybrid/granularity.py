@@ -17,6 +17,7 @@ again, so the choice follows the data when its shapes drift. The choice lives on
 import statistics
 
 from ..config import settings
+from ..kernels.compiling import log
 from ..record import signature
 
 WHOLE_SAMPLES = 2   # flushes measured whole before the first inlined one
@@ -77,6 +78,18 @@ def choose_granularity(plan, inlined_calls, seconds):
             sigs.add(sig)
     for block, (sizes, sigs) in seen.items():
         poorly = len(sigs) >= 2 and statistics.median(sizes) < settings.auto_min_batch
-        object.__setattr__(block, "auto_inline", block.auto_choice.observe(seconds / sum(sizes), poorly))
+        _choose(block, seconds / sum(sizes), poorly)
     for block, n in inlined_calls.items():
-        object.__setattr__(block, "auto_inline", block.auto_choice.observe(seconds / n, False))
+        _choose(block, seconds / n, False)
+
+
+def _choose(block, seconds_per_call, poorly):
+    """Give the block's AutoChoice one flush's cost; say at DEBUG when its mode changes."""
+    choice = block.auto_choice
+    inline = choice.observe(seconds_per_call, poorly)
+    if inline != block.auto_inline:
+        object.__setattr__(block, "auto_inline", inline)
+        whole, inlined = (f"{min(c) * 1e6:.1f} us" if c else "not measured" for c in choice.costs.values())
+        log.debug("granularity auto: %s %s (a call whole %s, inlined %s)", type(block).__name__,
+                  ("runs inlined for a trial flush" if choice.trial else "runs inlined") if inline else
+                  ("runs whole for a trial flush" if choice.trial else "runs whole"), whole, inlined)
