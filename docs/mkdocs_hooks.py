@@ -4,8 +4,8 @@ A line `<!-- include FILE "Heading" -->` in a page is replaced by that heading's
 FILE (the heading line and everything up to the next heading of its level or higher);
 `<!-- include FILE -->` takes the whole file. FILE is relative to the page, and may lie
 outside docs/ (benchmarks/RESULTS.md). With ` as title` after the heading, the section's
-headings move up so that its own is the page's title. So docs/user_guide.md stays one file for GitHub
-readers while the site splits it into pages, and no text is kept twice.
+headings move up so that its own is the page's title. So docs/user_guide.md stays one file
+for GitHub readers while the site splits it into pages, and no text is kept twice.
 
 Links are then made to work where the text now stands: a relative link in included text is
 rebased onto the including page, and a link (from any page) to a section or a file that
@@ -19,7 +19,6 @@ import re
 INCLUDE = re.compile(r'^<!-- include (\S+)(?: "(.*?)")?( as title)? -->$')
 HEADING = re.compile(r"^(#{1,6}) (.*)$")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-
 
 
 class _StarredAll(logging.Filter):
