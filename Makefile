@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench peers clean
+.PHONY: demo test bench docs peers clean
 
 # The warm-up after installing (hybridbatch_workloads/bench/warm_up.py): short W1 and CHILDSUM
 # runs, in which numba compiles hybridbatch's functions and their fused kernels for this machine
@@ -27,6 +27,17 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_schedule.py
 
+# the documentation site into site/ (mkdocs.yml): the docs extra on top of make's install,
+# and --strict, so that any warning (a broken link, a docstring the reference cannot read)
+# fails the build
+DOCS_STAMP := $(VENV)/.installed-docs
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $@
+
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs build --strict
+
 # the outside peers of benchmarks/peers/ in their own venv (torch is never a dependency of
 # hybridbatch); see benchmarks/peers/requirements.txt for which torch build pip takes
 PEERS := benchmarks/peers/.venv
@@ -38,4 +49,4 @@ $(PEERS)/.installed: benchmarks/peers/requirements.txt
 peers: $(PEERS)/.installed
 
 clean:
-	rm -rf $(VENV) $(PEERS) build *.egg-info
+	rm -rf $(VENV) $(PEERS) build site *.egg-info

@@ -95,6 +95,8 @@ def _scalar_affine(x, a, c):
 
 
 def add(a, b):
+    """a + b elementwise, broadcasting as numpy; with a Python number on either side, one
+    affine op (x + 1) that batches whatever the number."""
     if isinstance(b, _Number):
         return _scalar_affine(a, 1, b)
     if isinstance(a, _Number):
@@ -103,6 +105,8 @@ def add(a, b):
 
 
 def sub(a, b):
+    """a - b elementwise, broadcasting; with a Python number on either side, one affine op
+    (x - 1, 1 - x)."""
     if isinstance(b, _Number):       # negated as a Python number: -np.uint8(3) wraps to 253
         return _scalar_affine(a, 1, -_exact(b))
     if isinstance(a, _Number):
@@ -111,6 +115,8 @@ def sub(a, b):
 
 
 def mul(a, b):
+    """a * b elementwise, broadcasting; with a Python number on either side, one affine op
+    (2 * x)."""
     if isinstance(b, _Number):
         return _scalar_affine(a, b, 0)
     if isinstance(a, _Number):
@@ -119,6 +125,8 @@ def mul(a, b):
 
 
 def div(a, b):
+    """a / b elementwise, broadcasting; a Python number as the divisor is one affine op (x
+    times 1 / b), as the dividend a constant of b's dtype."""
     if isinstance(b, _Number):       # a Python float: 1.0 / np.float16(3) rounds to float16
         b = float(b)                 # / 0 gives numpy's inf and nan: x * (+-inf)
         return _scalar_affine(a, 1.0 / b if b else math.copysign(math.inf, b), 0)
@@ -349,7 +357,7 @@ def _reduction(op, of_list=None):
             return xs[0] if len(xs) == 1 else of_list(xs)   # a list of one: that value, as add_n
         return apply(op, (x,), (_axes(op.name, axis, x), bool(keepdims)))
     function.__name__ = function.__qualname__ = op.name
-    function.__doc__ = (f"{type(op).__doc__.splitlines()[0]} axis: None (every axis), an int or a tuple; "
+    function.__doc__ = (f"{' '.join(type(op).__doc__.split())} axis: None (every axis), an int or a tuple; "
                         f"keepdims keeps them as length 1, as numpy."
                         + (" A list of values of one type is reduced across the list, elementwise." if of_list else ""))
     return function

@@ -153,6 +153,7 @@ def _checked(name, value):
 
 _writing = threading.RLock()       # a write of several settings lands whole
 settings = Settings()
+"""`hb.settings`: the one Settings object the engine reads."""
 
 
 def set_fusion(enabled: bool) -> None:

@@ -99,6 +99,7 @@ class Block:
     training = True     # train() / eval() set it on an instance; nn.Dropout reads it
 
     def forward(self, *args):
+        """One instance's computation, which subclasses define; calling the block calls it."""
         raise NotImplementedError(f"{type(self).__name__} must define forward()")
 
     def train(self, mode=True):
@@ -135,6 +136,7 @@ class Block:
         return self.forward(*args)
 
     def children(self):
+        """The child blocks by attribute name (a new dict)."""
         return dict(self._children)
 
     def collect_params(self, prefix=""):

@@ -32,6 +32,7 @@ class Tensor:
     __len__ = Future.__len__       # the same rule, 0-d values included
 
     def asnumpy(self):
+        """The value, as a new numpy array."""
         return backend.to_numpy(self.value[0]).copy()
 
     # reads of the numbers, as a Future's (a Tensor's are computed already); bool is numpy's

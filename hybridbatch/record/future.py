@@ -15,10 +15,12 @@ class Future:
 
     @property
     def shape(self):
+        """The per-instance shape, known from the moment the op is recorded (no read)."""
         return signature.TYPES[self.scope.graph.type[self.id]][0]
 
     @property
     def dtype(self):
+        """The numpy dtype, known from the moment the op is recorded (no read)."""
         return signature.TYPES[self.scope.graph.type[self.id]][1]
 
     @property
@@ -39,6 +41,7 @@ class Future:
         return self.scope.value(self.id)
 
     def item(self):
+        """The value as a Python number: a read, as asnumpy()."""
         return self.asnumpy().item()
 
     def __float__(self):

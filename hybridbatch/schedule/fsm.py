@@ -101,6 +101,7 @@ class FSMPolicy:
                 "states": self.states, "actions": self.actions, "backoff": self.backoff}
 
     def save(self, path):
+        """Write the policy as JSON, for load() in any process."""
         with open(path, "w") as f:
             json.dump(self.to_json(), f)
 

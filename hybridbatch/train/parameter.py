@@ -182,6 +182,8 @@ class Parameter:
 
     @property
     def data(self):
+        """The values, an array of the backend. Assigning copies the value; its shape must
+        match, and values the dtype cannot hold raise ValueError."""
         return self._data
 
     @data.setter
@@ -194,6 +196,7 @@ class Parameter:
         self._data = cast
 
     def set_data(self, value):
+        """`p.data = value`, as a method."""
         self.data = value
 
     def __array__(self, dtype=None, copy=None):
@@ -203,6 +206,8 @@ class Parameter:
 
     @property
     def grad(self):
+        """The gradient added up since the last step or zero_grad(). Reading it turns row
+        tracking off, since the caller may write anywhere in it; peek_grad() does not."""
         self._grad_rows = None
         return self._grad
 
