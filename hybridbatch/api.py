@@ -185,7 +185,7 @@ def pow(a, b):  # noqa: A001 - the public spelling is hb.pow (and a ** b)
 
 def maximum(a, b):
     """The larger of a and b elementwise, broadcasting; a tie sends half the gradient to each.
-    Either may be a Python number (a hinge: `hb.maximum(x, 0.0)`).
+    Either may be a Python number: `hb.maximum(x, 0.0)` keeps the non-negative part.
 
     >>> hb.maximum(hb.array([1.0, -2.0, 3.0]), 0.0).asnumpy()
     array([1., 0., 3.], dtype=float32)
