@@ -31,7 +31,16 @@ def apply(op, args, attrs=(), aux=-1):
 
 
 def array(value):
-    """A constant input (no gradient): a Future inside a scope, a Tensor outside."""
+    """A constant input (no gradient): a Future inside a scope, a Tensor outside. The value
+    is copied when recorded; Python floats become float32, numpy arrays keep their dtype.
+
+    >>> hb.array([1.0, 2.0, 3.0])
+    Tensor(shape=(3,), dtype=float32)
+    >>> with hb.batching():
+    ...     x = hb.array(np.zeros((2, 3), np.int64))
+    >>> x.shape, x.dtype
+    ((2, 3), dtype('int64'))
+    """
     scope = _local.scope     # a class default makes it a plain attribute read
     return scope.constant(value) if scope is not None else _eager_constant(value)
 
@@ -95,8 +104,14 @@ def _scalar_affine(x, a, c):
 
 
 def add(a, b):
-    """a + b elementwise, broadcasting as numpy; with a Python number on either side, one
-    affine op (x + 1) that batches whatever the number."""
+    """a + b elementwise, broadcasting as numpy (what `a + b` calls). A Python number as either
+    operand makes one affine op, so calls that add different numbers still batch together.
+
+    >>> hb.add(hb.array([1.0, 2.0]), hb.array([10.0, 20.0])).asnumpy()
+    array([11., 22.], dtype=float32)
+    >>> (hb.array([1.0, 2.0]) + 0.5).asnumpy()
+    array([1.5, 2.5], dtype=float32)
+    """
     if isinstance(b, _Number):
         return _scalar_affine(a, 1, b)
     if isinstance(a, _Number):
@@ -105,8 +120,14 @@ def add(a, b):
 
 
 def sub(a, b):
-    """a - b elementwise, broadcasting; with a Python number on either side, one affine op
-    (x - 1, 1 - x)."""
+    """a - b elementwise, broadcasting as numpy (what `a - b` calls); a Python number as either
+    operand makes one affine op, as in `add`.
+
+    >>> hb.sub(hb.array([5.0, 7.0]), hb.array([1.0, 2.0])).asnumpy()
+    array([4., 5.], dtype=float32)
+    >>> (1 - hb.array([0.25, 1.0])).asnumpy()
+    array([0.75, 0.  ], dtype=float32)
+    """
     if isinstance(b, _Number):       # negated as a Python number: -np.uint8(3) wraps to 253
         return _scalar_affine(a, 1, -_exact(b))
     if isinstance(a, _Number):
@@ -115,8 +136,15 @@ def sub(a, b):
 
 
 def mul(a, b):
-    """a * b elementwise, broadcasting; with a Python number on either side, one affine op
-    (2 * x)."""
+    """a * b elementwise, broadcasting as numpy (what `a * b` calls): a gate times a state, a
+    row of weights times a matrix. A Python number as either operand makes one affine op.
+
+    >>> hb.mul(hb.array([[1.0, 2.0], [3.0, 4.0]]), hb.array([10.0, 100.0])).asnumpy()
+    array([[ 10., 200.],
+           [ 30., 400.]], dtype=float32)
+    >>> (2 * hb.array([1.5])).asnumpy()
+    array([3.], dtype=float32)
+    """
     if isinstance(b, _Number):
         return _scalar_affine(a, b, 0)
     if isinstance(a, _Number):
@@ -125,8 +153,14 @@ def mul(a, b):
 
 
 def div(a, b):
-    """a / b elementwise, broadcasting; a Python number as the divisor is one affine op (x
-    times 1 / b), as the dividend a constant of b's dtype."""
+    """a / b elementwise, broadcasting as numpy (what `a / b` calls). Dividing by a Python
+    number multiplies by its inverse (one affine op); / 0 gives numpy's inf and nan.
+
+    >>> hb.div(hb.array([1.0, 3.0]), hb.array([2.0, 4.0])).asnumpy()
+    array([0.5 , 0.75], dtype=float32)
+    >>> (hb.array([3.0]) / 4).asnumpy()
+    array([0.75], dtype=float32)
+    """
     if isinstance(b, _Number):       # a Python float: 1.0 / np.float16(3) rounds to float16
         b = float(b)                 # / 0 gives numpy's inf and nan: x * (+-inf)
         return _scalar_affine(a, 1.0 / b if b else math.copysign(math.inf, b), 0)
@@ -137,45 +171,89 @@ def div(a, b):
 
 def pow(a, b):  # noqa: A001 - the public spelling is hb.pow (and a ** b)
     """a ** b elementwise (floats). A Python number as the exponent is one op with it as an
-    attribute (x ** 2); as the base, a constant of the exponent's dtype."""
+    attribute (x ** 2); as the base, a constant of the exponent's dtype.
+
+    >>> hb.pow(hb.array([2.0, 3.0]), hb.array([3.0, 2.0])).asnumpy()
+    array([8., 9.], dtype=float32)
+    >>> (hb.array([4.0]) ** 0.5).asnumpy()
+    array([2.], dtype=float32)
+    """
     if isinstance(b, _Number):
         return apply(E.ScalarPow, (a,), (float(b),))
     return apply(E.Pow, (_like(a, b), b))
 
 
 def maximum(a, b):
-    """The larger of a and b elementwise, broadcasting; a tie sends half the gradient to each."""
+    """The larger of a and b elementwise, broadcasting; a tie sends half the gradient to each.
+    Either may be a Python number: `hb.maximum(x, 0.0)` keeps the non-negative part.
+
+    >>> hb.maximum(hb.array([1.0, -2.0, 3.0]), 0.0).asnumpy()
+    array([1., 0., 3.], dtype=float32)
+    """
     return apply(E.Maximum, (_like(a, b), _like(b, a)))
 
 
 def minimum(a, b):
-    """The smaller of a and b elementwise, broadcasting; a tie sends half the gradient to each."""
+    """The smaller of a and b elementwise, broadcasting; a tie sends half the gradient to each.
+    Either may be a Python number.
+
+    >>> hb.minimum(hb.array([1.0, 5.0]), hb.array([4.0, 2.0])).asnumpy()
+    array([1., 2.], dtype=float32)
+    """
     return apply(E.Minimum, (_like(a, b), _like(b, a)))
 
 
 def clip(x, lo, hi):
-    """x limited to [lo, hi] elementwise (maximum, then minimum)."""
+    """x limited to [lo, hi] elementwise (maximum, then minimum): bounded scores or
+    probabilities before a log.
+
+    >>> hb.clip(hb.array([-2.0, 0.5, 3.0]), 0.0, 1.0).asnumpy()
+    array([0. , 0.5, 1. ], dtype=float32)
+    """
     return minimum(maximum(x, lo), hi)
 
 
 def where(cond, a, b):
     """a where cond is true (nonzero), b elsewhere, broadcasting all three: masking with a
-    per-instance mask (a numpy bool array, or a value). No gradient flows into cond."""
+    per-instance mask (a numpy bool array, or a value). No gradient flows into cond.
+
+    >>> mask = np.array([True, False, True])
+    >>> hb.where(mask, hb.array([1.0, 2.0, 3.0]), -1.0).asnumpy()
+    array([ 1., -1.,  3.], dtype=float32)
+    """
     return apply(E.Where, (cond, _like(a, b), _like(b, a)))
 
 
 def cast(x, dtype):
-    """x as `dtype` (numpy's astype); the gradient flows between float dtypes only."""
+    """x as `dtype` (numpy's astype); the gradient flows between float dtypes only. Integer
+    values need a cast to float before ops whose result is not an integer (tanh, /, mean).
+
+    >>> y = hb.cast(hb.array(np.array([1, 2, 3])), np.float32)
+    >>> y.dtype, (y / 2).asnumpy()
+    (dtype('float32'), array([0.5, 1. , 1.5], dtype=float32))
+    """
     return apply(E.Cast, (x,), (np.dtype(dtype).str,))
 
 
 def matmul(a, b):
-    """a @ b with numpy's rules for 1-D and 2-D operands (per instance)."""
+    """a @ b with numpy's rules for 1-D and 2-D operands (per instance). With a shared
+    Parameter as `a`, the instances' products in a batch are one matrix product.
+
+    >>> w = hb.array([[1.0, 2.0], [3.0, 4.0]])
+    >>> hb.matmul(w, hb.array([1.0, 1.0])).asnumpy()
+    array([3., 7.], dtype=float32)
+    """
     return apply(L.MatMul, (a, b))
 
 
 def affine(w, x, b):
-    """w @ x + b as one op (one batch instead of two)."""
+    """w @ x + b as one op (one batch instead of two): a dense layer's pre-activation.
+
+    >>> w = hb.Parameter("affine_w", (2, 3), init=1.0)
+    >>> b = hb.Parameter("affine_b", (2,), init="zeros")
+    >>> hb.affine(w, hb.array([1.0, 2.0, 3.0]), b).asnumpy()
+    array([6., 6.], dtype=float32)
+    """
     return apply(L.Affine, (w, x, b))
 
 
@@ -215,7 +293,14 @@ def _list_op(ragged, fixed, xs):
 def conv2d(x, weight, bias=None, padding="same"):
     """The 2-D convolution of a (C, H, W) feature map with an (O, C, k, k) weight, k odd,
     stride 1, zero padded to keep H x W ("same", the one padding), plus an (O,) bias: (O, H, W).
-    A shared weight makes a batch one GEMM; a per-instance weight works too."""
+    A shared weight makes a batch one GEMM; a per-instance weight works too.
+
+    >>> x = hb.array(np.ones((3, 8, 8), np.float32))
+    >>> w = hb.Parameter("conv2d_w", (4, 3, 3, 3), init=1.0)
+    >>> y = hb.conv2d(x, w)
+    >>> y.shape, float(y.asnumpy()[0, 4, 4]), float(y.asnumpy()[0, 0, 0])
+    ((4, 8, 8), 27.0, 12.0)
+    """
     if padding != "same":
         raise ValueError(f"conv2d pads 'same' only (stride 1, odd k), not {padding!r}")
     return apply(CV.Conv2D, (x, weight) if bias is None else (x, weight, bias))
@@ -232,19 +317,40 @@ def _pool(op, x, k):
 def max_pool2d(x, k=2):
     """The largest element of each non-overlapping k x k window (stride k) of a (C, H, W)
     map whose height and width k divides. The gradient goes to the window's largest
-    elements, shared equally where several tie."""
+    elements, shared equally where several tie.
+
+    >>> x = hb.array(np.arange(16, dtype=np.float32).reshape(1, 4, 4))
+    >>> hb.max_pool2d(x, 2).asnumpy()
+    array([[[ 5.,  7.],
+            [13., 15.]]], dtype=float32)
+    """
     return _pool(CV.MaxPool2D, x, k)
 
 
 def avg_pool2d(x, k=2):
     """The mean of each non-overlapping k x k window (stride k) of a (C, H, W) map whose
-    height and width k divides."""
+    height and width k divides.
+
+    >>> x = hb.array(np.arange(16, dtype=np.float32).reshape(1, 4, 4))
+    >>> hb.avg_pool2d(x, 2).asnumpy()
+    array([[[ 2.5,  4.5],
+            [10.5, 12.5]]], dtype=float32)
+    """
     return _pool(CV.AvgPool2D, x, k)
 
 
 def add_n(xs):
     """Sum of a list of same-shaped values in one op. A batching scope batches the add_n's
-    of one type together whatever their operand counts (ops.elementwise.RaggedAddN)."""
+    of one type together whatever their operand counts (ops.elementwise.RaggedAddN): a
+    sentence's loss over its tokens, a minibatch's total loss.
+
+    >>> hb.add_n([hb.array([1.0, 2.0]), hb.array([3.0, 4.0]), hb.array([5.0, 6.0])]).asnumpy()
+    array([ 9., 12.], dtype=float32)
+    >>> with hb.batching():          # lists of 2 and 3 values: one batch
+    ...     totals = [hb.add_n([hb.array([1.0])] * n) for n in (2, 3)]
+    >>> [t.item() for t in totals]
+    [2.0, 3.0]
+    """
     xs = _over_list("add_n", xs)
     if len(xs) == 1:
         return xs[0]
@@ -254,7 +360,12 @@ def add_n(xs):
 def weighted_sum(weights, values):
     """sum_i weights[i] * values[i] over two lists of one length (attention pooling: the
     weights a softmax over the list, each broadcasting against its value). Two batches
-    whatever the lengths: the products, then a ragged add_n."""
+    whatever the lengths: the products, then a ragged add_n.
+
+    >>> states = [hb.array([1.0, 0.0]), hb.array([0.0, 1.0])]
+    >>> hb.weighted_sum([hb.array(0.25), hb.array(0.75)], states).asnumpy()
+    array([0.25, 0.75], dtype=float32)
+    """
     weights, values = _over_list("weighted_sum", weights), _over_list("weighted_sum", values)
     if len(weights) != len(values):
         raise ValueError(f"weighted_sum: {len(weights)} weights for {len(values)} values")
@@ -262,7 +373,12 @@ def weighted_sum(weights, values):
 
 
 def concat(xs, axis=0):
-    """Concatenate per-instance values along `axis`."""
+    """Concatenate per-instance values along `axis` (an RNN's state with its input). The
+    number of operands is part of the signature: calls with different counts do not batch.
+
+    >>> hb.concat([hb.array([1.0, 2.0]), hb.array([3.0])]).asnumpy()
+    array([1., 2., 3.], dtype=float32)
+    """
     xs = list(xs)
     if not xs:
         raise ValueError("concat needs at least one operand")
@@ -270,12 +386,26 @@ def concat(xs, axis=0):
 
 
 def slice(x, key):
-    """x[key] for int and slice indices (what `future[i:j]` calls)."""
+    """x[key] for int and slice indices (what `future[i:j]` calls): gates out of one
+    product, a row of a matrix.
+
+    >>> x = hb.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    >>> hb.slice(x, (1, np.s_[1:])).asnumpy()
+    array([5., 6.], dtype=float32)
+    >>> x[:, 0].asnumpy()
+    array([1., 4.], dtype=float32)
+    """
     return apply(S.Slice, (x,), normalize_index(key, shape_of(x)))
 
 
 def split(x, sections, axis=0):
-    """`sections` equal slices of x along `axis`."""
+    """`sections` equal slices of x along `axis`, as a list (an LSTM's four gates from one
+    product).
+
+    >>> i, f = hb.split(hb.array([1.0, 2.0, 3.0, 4.0]), 2)
+    >>> i.asnumpy(), f.asnumpy()
+    (array([1., 2.], dtype=float32), array([3., 4.], dtype=float32))
+    """
     axis = _axis("split", axis, x)
     n = shape_of(x)[axis]
     if not isinstance(sections, (int, np.integer)) or sections < 1:
@@ -289,7 +419,11 @@ def split(x, sections, axis=0):
 
 def reshape(x, shape):
     """x's elements in a new per-instance shape; one dimension may be -1, inferred from the
-    others, as in numpy."""
+    others, as in numpy.
+
+    >>> hb.reshape(hb.array(np.arange(6.0)), (2, -1)).shape
+    (2, 3)
+    """
     shape = tuple(as_int("reshape's shape", s) for s in shape)
     if shape.count(-1) == 1:
         size, rest = math.prod(shape_of(x)), -math.prod(shape)
@@ -299,12 +433,22 @@ def reshape(x, shape):
 
 
 def flatten(x):
-    """x as a vector (per instance: the batch is never an axis here)."""
+    """x as a vector (per instance: the batch is never an axis here), say a feature map
+    before a dense layer.
+
+    >>> hb.flatten(hb.array(np.zeros((2, 3, 4)))).shape
+    (24,)
+    """
     return reshape(x, (math.prod(shape_of(x)),))
 
 
 def expand_dims(x, axis):
-    """x with a new axis of length 1 at `axis` (a reshape)."""
+    """x with a new axis of length 1 at `axis` (a reshape): a vector as a row or column.
+
+    >>> x = hb.array([1.0, 2.0, 3.0])
+    >>> hb.expand_dims(x, 0).shape, hb.expand_dims(x, -1).shape
+    ((1, 3), (3, 1))
+    """
     shape = shape_of(x)
     axis = as_int("expand_dims axis", axis)
     if not -len(shape) - 1 <= axis <= len(shape):
@@ -314,7 +458,12 @@ def expand_dims(x, axis):
 
 
 def squeeze(x, axis=None):
-    """x without its axes of length 1 (or only those in `axis`, which must be 1), a reshape."""
+    """x without its axes of length 1 (or only those in `axis`, which must be 1), a reshape.
+
+    >>> x = hb.array(np.zeros((1, 3, 1)))
+    >>> hb.squeeze(x).shape, hb.squeeze(x, axis=0).shape
+    ((3,), (3, 1))
+    """
     shape = shape_of(x)
     axes = range(len(shape)) if axis is None else _axes("squeeze", axis, x)
     for a in axes:
@@ -324,14 +473,27 @@ def squeeze(x, axis=None):
 
 
 def transpose(x, axes=None):
-    """x's per-instance axes permuted as numpy's transpose: reversed by default (`x.T`)."""
+    """x's per-instance axes permuted as numpy's transpose: reversed by default (`x.T`).
+
+    >>> x = hb.array(np.zeros((2, 3, 4)))
+    >>> hb.transpose(x).shape, hb.transpose(x, (1, 0, 2)).shape
+    ((4, 3, 2), (3, 2, 4))
+    """
     ndim = len(shape_of(x))
     axes = tuple(range(ndim))[::-1] if axes is None else tuple(_axis("transpose", a, x) for a in axes)
     return apply(S.Transpose, (x,), axes)
 
 
 def stack(xs, axis=0):
-    """Values of one shape stacked along a new axis (numpy's stack)."""
+    """Values of one shape stacked along a new axis (numpy's stack): rows into a matrix.
+
+    >>> rows = [hb.array([1.0, 2.0]), hb.array([3.0, 4.0])]
+    >>> hb.stack(rows).asnumpy()
+    array([[1., 2.],
+           [3., 4.]], dtype=float32)
+    >>> hb.stack(rows, axis=1).shape
+    (2, 2)
+    """
     xs = list(xs)
     if not xs:
         raise ValueError("stack needs at least one operand")
@@ -342,10 +504,15 @@ def stack(xs, axis=0):
     return apply(S.Stack, tuple(xs), (axis % (ndim + 1),))
 
 
-def _reduction(op, of_list=None):
+def _first_sentence(doc):
+    """The first sentence of a docstring, on one line."""
+    return " ".join(doc.split()).split(". ")[0].rstrip(".") + "."
+
+
+def _reduction(op, of_list=None, example=""):
     """hb.<op.name>(x, axis=None, keepdims=False); with `of_list`, x may also be a list of
     values of one type, reduced across the list only (elementwise), whatever its length in
-    one batch per type."""
+    one batch per type. `example` ends its docstring."""
     def function(x, axis=None, keepdims=False):
         if isinstance(x, (list, tuple)):
             if of_list is None:
@@ -357,17 +524,48 @@ def _reduction(op, of_list=None):
             return xs[0] if len(xs) == 1 else of_list(xs)   # a list of one: that value, as add_n
         return apply(op, (x,), (_axes(op.name, axis, x), bool(keepdims)))
     function.__name__ = function.__qualname__ = op.name
-    function.__doc__ = (f"{' '.join(type(op).__doc__.split())} axis: None (every axis), an int or a tuple; "
+    function.__doc__ = (f"{_first_sentence(type(op).__doc__)} axis: None (every axis), an int or a tuple; "
                         f"keepdims keeps them as length 1, as numpy."
-                        + (" A list of values of one type is reduced across the list, elementwise." if of_list else ""))
+                        + (" A list of values of one type is reduced across the list, elementwise." if of_list else "")
+                        + example)
     return function
 
 
-sum = _reduction(R.Sum, add_n)      # noqa: A001 - the public spellings are hb.sum, hb.max, hb.min
-mean = _reduction(R.Mean)
-max = _reduction(R.Max, lambda xs: _list_op(LS.RaggedMaxN, LS.MaxN, xs))      # noqa: A001
-min = _reduction(R.Min, lambda xs: _list_op(LS.RaggedMinN, LS.MinN, xs))      # noqa: A001
-logsumexp = _reduction(R.LogSumExp, lambda xs: _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs))
+sum = _reduction(R.Sum, add_n, """
+
+    >>> x = hb.array([[1.0, 2.0], [3.0, 4.0]])
+    >>> hb.sum(x).item(), hb.sum(x, axis=0).asnumpy(), hb.sum(x, axis=1, keepdims=True).shape
+    (10.0, array([4., 6.], dtype=float32), (2, 1))
+    >>> hb.sum([hb.array([1.0, 2.0]), hb.array([3.0, 4.0])]).asnumpy()
+    array([4., 6.], dtype=float32)
+    """)      # noqa: A001 - the public spellings are hb.sum, hb.max, hb.min
+mean = _reduction(R.Mean, example="""
+
+    >>> x = hb.array([[1.0, 2.0], [3.0, 4.0]])
+    >>> hb.mean(x).item(), hb.mean(x, axis=1).asnumpy()
+    (2.5, array([1.5, 3.5], dtype=float32))
+    """)
+max = _reduction(R.Max, lambda xs: _list_op(LS.RaggedMaxN, LS.MaxN, xs), """
+
+    >>> x = hb.array([[1.0, 5.0], [3.0, 4.0]])
+    >>> hb.max(x).item(), hb.max(x, axis=0).asnumpy()
+    (5.0, array([3., 5.], dtype=float32))
+    >>> hb.max([hb.array([1.0, 9.0]), hb.array([2.0, 0.0])]).asnumpy()
+    array([2., 9.], dtype=float32)
+    """)      # noqa: A001
+min = _reduction(R.Min, lambda xs: _list_op(LS.RaggedMinN, LS.MinN, xs), """
+
+    >>> x = hb.array([[1.0, 5.0], [3.0, 4.0]])
+    >>> hb.min(x).item(), hb.min(x, axis=1).asnumpy()
+    (1.0, array([1., 3.], dtype=float32))
+    """)      # noqa: A001
+logsumexp = _reduction(R.LogSumExp, lambda xs: _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs), """
+
+    >>> round(hb.logsumexp(hb.array([0.0, 0.0])).item(), 3)
+    0.693
+    >>> round(hb.logsumexp(hb.array([1000.0, 1000.0])).item(), 3)     # no overflow
+    1000.693
+    """)
 
 
 def _list_normalizer(name, axis, x):
@@ -379,42 +577,78 @@ def _list_normalizer(name, axis, x):
     return xs, _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs)
 
 
-def _arg_reduction(op):
+def _arg_reduction(op, example):
+    """hb.<op.name>(x, axis=None, keepdims=False), `example` ending its docstring."""
     def function(x, axis=None, keepdims=False):
         return apply(op, (x,), (None if axis is None else _axis(op.name, axis, x), bool(keepdims)))
     function.__name__ = function.__qualname__ = op.name
     function.__doc__ = (f"The index (int64, no gradient) of the first {'largest' if op is R.ArgMax else 'smallest'} "
-                        f"element along `axis`, or in the flattened value (axis None), as numpy.")
+                        f"element along `axis`, or in the flattened value (axis None), as numpy." + example)
     return function
 
 
-argmax = _arg_reduction(R.ArgMax)
-argmin = _arg_reduction(R.ArgMin)
+argmax = _arg_reduction(R.ArgMax, """
+
+    >>> x = hb.array([[1.0, 7.0, 7.0], [0.0, 2.0, 3.0]])
+    >>> int(hb.argmax(x)), hb.argmax(x, axis=1).asnumpy()     # ties: the first
+    (1, array([1, 2]))
+    """)
+argmin = _arg_reduction(R.ArgMin, """
+
+    >>> x = hb.array([[1.0, 7.0, 0.0], [9.0, 2.0, 3.0]])
+    >>> int(hb.argmin(x)), hb.argmin(x, axis=0).asnumpy()
+    (2, array([0, 1, 0]))
+    """)
 
 
 def topk(x, k, axis=-1):
     """(values, indices) of the k largest elements along `axis`, largest first (ties: lower
-    index first). The values have a gradient; the indices are int64, with none."""
+    index first). The values have a gradient; the indices are int64, with none.
+
+    >>> values, indices = hb.topk(hb.array([0.1, 0.7, 0.2, 0.9]), 2)
+    >>> values.asnumpy(), indices.asnumpy()
+    (array([0.9, 0.7], dtype=float32), array([3, 1]))
+    """
     attrs = (as_int("topk's k", k), _axis("topk", axis, x))
     return apply(R.TopK, (x,), attrs + ("values",)), apply(R.TopK, (x,), attrs + ("indices",))
 
 
 def lookup(param, index):
-    """Row `index` of a Parameter table (an embedding)."""
+    """Row `index` of a Parameter table (an embedding). The index is per-node data, not
+    part of the signature, so lookups of different rows batch; the gradient is sparse.
+
+    >>> table = hb.Parameter("lookup_table", (5, 3), init="zeros")
+    >>> table.data[2] = [1.0, 2.0, 3.0]
+    >>> hb.lookup(table, 2).asnumpy()
+    array([1., 2., 3.], dtype=float32)
+    """
     if not isinstance(param, Parameter):
         raise TypeError(f"lookup reads rows of a Parameter, not {type(param).__name__}")
     return apply(I.Lookup, (param,), (), index)
 
 
 def pick(x, index):
-    """Element `index` of a vector."""
+    """Element `index` of a vector, a 0-d value. Like `lookup`'s, the index is per-node
+    data, so picks of different elements batch.
+
+    >>> hb.pick(hb.array([0.5, 1.5, 2.5]), 1).item()
+    1.5
+    """
     return apply(I.Pick, (x,), (), index)
 
 
 def softmax(x, axis=-1):
     """exp(x) / sum(exp(x)) along `axis`. Over a list of values of one type (scores of a
     per-instance length), across the list, elementwise: a list back, in two batches however
-    the lengths differ (the list's logsumexp, then exp(x_i - it))."""
+    the lengths differ (the list's logsumexp, then exp(x_i - it)).
+
+    >>> hb.softmax(hb.array([0.0, np.log(3.0)])).asnumpy().round(3)
+    array([0.25, 0.75], dtype=float32)
+    >>> with hb.batching():        # scores of one word each, lists of 2 and 3: two batches
+    ...     ws = [hb.softmax([hb.array(0.0) for _ in range(n)]) for n in (2, 3)]
+    >>> [round(w.item(), 3) for w in ws[1]]
+    [0.333, 0.333, 0.333]
+    """
     if isinstance(x, (list, tuple)):
         xs, norm = _list_normalizer("softmax", axis, x)
         return [apply(E.ExpSub, (v, norm)) for v in xs]
@@ -423,7 +657,11 @@ def softmax(x, axis=-1):
 
 def log_softmax(x, axis=-1):
     """log softmax(x) along `axis`; over a list of values of one type, across the list (a
-    list back, two batches: see softmax)."""
+    list back, two batches: see softmax). It never overflows where log(softmax(x)) would.
+
+    >>> hb.log_softmax(hb.array([0.0, 0.0])).asnumpy().round(3)
+    array([-0.693, -0.693], dtype=float32)
+    """
     if isinstance(x, (list, tuple)):
         xs, norm = _list_normalizer("log_softmax", axis, x)
         return [sub(v, norm) for v in xs]
@@ -431,7 +669,12 @@ def log_softmax(x, axis=-1):
 
 
 def pick_neg_log_softmax(logits, label):
-    """-log softmax(logits)[label]: the per-instance classification loss."""
+    """-log softmax(logits)[label]: the per-instance classification loss, one op. The label
+    is per-node data, so losses with different labels batch together.
+
+    >>> round(hb.pick_neg_log_softmax(hb.array([0.0, 0.0, 0.0, 0.0]), 2).item(), 3)
+    1.386
+    """
     return apply(I.PickNegLogSoftmax, (logits,), (), label)
 
 
@@ -451,7 +694,13 @@ def dropout(x, p):
 
     Every call draws a fresh mask, also inside a hybridized block (one per block call), from
     the stream `hb.seed` restarts: one seed gives the same masks in eager and batched runs.
-    p = 0 returns x itself. For a layer that eval() turns off, use nn.Dropout."""
+    p = 0 returns x itself. For a layer that eval() turns off, use nn.Dropout.
+
+    >>> hb.seed(0)
+    >>> y = hb.dropout(hb.array(np.ones(1000, np.float32)), 0.5).asnumpy()
+    >>> sorted(set(y.tolist())), bool(300 < (y == 0).sum() < 700)
+    ([0.0, 2.0], True)
+    """
     p = dropout_rate(p)
     if p == 0.0:
         return x
@@ -464,7 +713,13 @@ def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
     """Run numpy code per instance as an (unbatchable) op: fn(*arrays) -> array.
 
     Checked here, at the call: fn and grad_fn callable (grad_fn may be None), out_shape
-    integers >= 0, out_dtype numeric. A scope would otherwise fail only at its flush."""
+    integers >= 0, out_dtype numeric. A scope would otherwise fail only at its flush.
+
+    >>> def cumsum(x):
+    ...     return np.cumsum(x).astype(np.float32)
+    >>> hb.py_func(cumsum, hb.array([1.0, 2.0, 3.0]), out_shape=(3,)).asnumpy()
+    array([1., 3., 6.], dtype=float32)
+    """
     if not callable(fn) or not (grad_fn is None or callable(grad_fn)):
         raise TypeError(f"py_func needs a callable fn and a callable grad_fn (or None), got "
                         f"{type(fn).__name__} and {type(grad_fn).__name__}")

@@ -105,7 +105,19 @@ DECLARED = {
 
 class Settings:
     """The engine-wide settings (`DECLARED` lists them): read and set as attributes, or
-    override some for a `with` block by calling it."""
+    override some for a `with` block by calling it. Every write is checked before it lands.
+
+    >>> before = hb.settings.fusion
+    >>> with hb.settings(fusion=False, plan_cache_size=0):
+    ...     print(hb.settings.fusion, hb.settings.plan_cache_size)
+    False 0
+    >>> hb.settings.fusion == before
+    True
+    >>> hb.settings.fusoin = False
+    Traceback (most recent call last):
+    ...
+    AttributeError: hybridbatch has no setting 'fusoin'; the settings are: fusion, ...
+    """
 
     __slots__ = tuple(DECLARED)
 
@@ -157,26 +169,63 @@ settings = Settings()
 
 
 def set_fusion(enabled: bool) -> None:
-    """settings.fusion: run elementwise runs of hybridized blocks as fused numba kernels."""
+    """settings.fusion: run elementwise runs of hybridized blocks as fused numba kernels
+    (on by default; off, every op runs in numpy, to compare or to debug a kernel).
+
+    >>> before = hb.settings.fusion
+    >>> hb.set_fusion(False)
+    >>> hb.settings.fusion
+    False
+    >>> hb.set_fusion(before)
+    """
     settings.fusion = bool(enabled)
 
 
 def set_distinct_rows(enabled: bool) -> None:
-    """settings.distinct_rows: compute a block's integer-keyed part once per distinct key."""
+    """settings.distinct_rows: compute a block's integer-keyed part once per distinct key
+    (a frequent word's embedding and its layer, once per batch).
+
+    >>> before = hb.settings.distinct_rows
+    >>> hb.set_distinct_rows(False)
+    >>> hb.settings.distinct_rows
+    False
+    >>> hb.set_distinct_rows(before)
+    """
     settings.distinct_rows = bool(enabled)
 
 
 def set_plan_cache_size(capacity: int) -> None:
-    """settings.plan_cache_size: how many schedules the process keeps for reuse (0 disables)."""
+    """settings.plan_cache_size: how many schedules the process keeps for reuse (0 disables),
+    so that minibatches of a structure seen before skip scheduling.
+
+    >>> before = hb.settings.plan_cache_size
+    >>> hb.set_plan_cache_size(64)
+    >>> hb.settings.plan_cache_size
+    64
+    >>> hb.set_plan_cache_size(before)
+    """
     settings.plan_cache_size = capacity
 
 
 def set_blas(mode: str) -> None:
     """settings.blas: host products by MKL ("mkl"), numpy ("numpy"), or routed by their rows
-    to the few-rows kernel, MKL and numpy as measured ("auto")."""
+    to the few-rows kernel, MKL and numpy as measured ("auto"). "mkl" raises RuntimeError
+    where MKL is not installed.
+
+    >>> before = hb.blas_library()
+    >>> hb.set_blas("numpy")
+    >>> hb.blas_library()
+    'numpy'
+    >>> hb.set_blas(before)
+    """
     settings.blas = mode
 
 
 def blas_library() -> str:
-    """settings.blas: the BLAS mode in use, "auto", "mkl" or "numpy"."""
+    """settings.blas: the BLAS mode in use, "auto", "mkl" or "numpy" (to report with a
+    benchmark's timings).
+
+    >>> hb.blas_library() in ("auto", "mkl", "numpy")
+    True
+    """
     return settings.blas

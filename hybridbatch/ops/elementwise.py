@@ -34,7 +34,15 @@ class _Unary(Op):
 
 @register
 class Tanh(_Unary):
-    """tanh(x), elementwise."""
+    """tanh(x), elementwise: the squashing of RNN and Tree-LSTM states.
+
+    >>> hb.tanh(hb.array([-1.0, 0.0, 2.0])).asnumpy().round(3)
+    array([-0.762,  0.   ,  0.964], dtype=float32)
+    >>> with hb.batching():         # two instances' tanh run as one batch
+    ...     ys = [hb.tanh(hb.array([v])) for v in (0.5, 1.0)]
+    >>> [round(y.item(), 3) for y in ys]
+    [0.462, 0.762]
+    """
     name = "tanh"
     zero_exact = True
 
@@ -50,7 +58,12 @@ class Tanh(_Unary):
 
 @register
 class Sigmoid(_Unary):
-    """1 / (1 + exp(-x)), elementwise."""
+    """1 / (1 + exp(-x)), elementwise: gates in (0, 1). Computed as 0.5 * (1 + tanh(x / 2)),
+    it never overflows.
+
+    >>> hb.sigmoid(hb.array([-100.0, 0.0, 2.0])).asnumpy().round(3)
+    array([0.   , 0.5  , 0.881], dtype=float32)
+    """
     name = "sigmoid"
     zero_exact = True
 
@@ -70,7 +83,11 @@ class Sigmoid(_Unary):
 
 @register
 class Relu(_Unary):
-    """max(x, 0), elementwise; its gradient at 0 is 0."""
+    """max(x, 0), elementwise; its gradient at 0 is 0. Integers and bools keep their dtype.
+
+    >>> hb.relu(hb.array([-1.5, 0.0, 2.0])).asnumpy()
+    array([0., 0., 2.], dtype=float32)
+    """
     name = "relu"
     zero_exact = True
     float_only = False
@@ -87,7 +104,11 @@ class Relu(_Unary):
 
 @register
 class Exp(_Unary):
-    """exp(x), elementwise."""
+    """exp(x), elementwise (floats only).
+
+    >>> hb.exp(hb.array([0.0, 1.0])).asnumpy().round(3)
+    array([1.   , 2.718], dtype=float32)
+    """
     name = "exp"
     zero_exact = True
 
@@ -104,7 +125,11 @@ class Exp(_Unary):
 @register
 class Log(_Unary):
     """The natural logarithm: NaN below 0 and -inf at 0, as numpy gives (check_numerics
-    reports them)."""
+    reports them).
+
+    >>> hb.log(hb.array([1.0, np.e])).asnumpy().round(3)
+    array([0., 1.], dtype=float32)
+    """
     name = "log"
 
     def f(self, xp, x, attrs):
@@ -120,7 +145,13 @@ class Log(_Unary):
 @register
 class Abs(_Unary):
     """|x|. At 0, where |x| has no derivative, its gradient is 0: numpy's sign of 0, the
-    middle of the subgradients [-1, 1]."""
+    middle of the subgradients [-1, 1]. Integers keep their dtype.
+
+    >>> hb.abs(hb.array([-2.0, 0.0, 3.0])).asnumpy()
+    array([2., 0., 3.], dtype=float32)
+    >>> hb.abs(hb.array(np.array([-4, 4]))).asnumpy()
+    array([4, 4])
+    """
     name = "abs"
     zero_exact = True
     float_only = False    # numpy's abs keeps integers (and bools) as they are
@@ -138,7 +169,11 @@ class Abs(_Unary):
 @register
 class Sqrt(_Unary):
     """The square root: NaN below 0 as numpy gives (check_numerics reports it), and an
-    infinite derivative at 0."""
+    infinite derivative at 0.
+
+    >>> hb.sqrt(hb.array([4.0, 2.0])).asnumpy().round(3)
+    array([2.   , 1.414], dtype=float32)
+    """
     name = "sqrt"
 
     def f(self, xp, x, attrs):

@@ -34,7 +34,17 @@ _stream = (0, itertools.count())    # (the seed mixed, the draw counter); hb.see
 def seed(n):
     """Restart the key stream from seed `n`: the draws after it (dropout masks) repeat the
     draws after any other `seed(n)`, in eager and batched runs alike. Process-wide; the
-    stream starts as after seed(0)."""
+    stream starts as after seed(0).
+
+    >>> x = hb.array(np.ones(8, np.float32))
+    >>> hb.seed(7)
+    >>> eager = hb.dropout(x, 0.5).asnumpy()
+    >>> hb.seed(7)
+    >>> with hb.batching():
+    ...     batched = hb.dropout(x, 0.5)
+    >>> bool((eager == batched.asnumpy()).all())
+    True
+    """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"seed must be an integer, not {type(n).__name__}")
     global _stream

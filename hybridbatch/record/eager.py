@@ -15,7 +15,16 @@ from . import signature
 
 
 class Tensor:
-    """A computed value of one instance: `value` has a leading batch axis of one."""
+    """A computed value of one instance: `value` has a leading batch axis of one. Ops
+    called outside a batching scope return Tensors, computed at once (eager mode), with
+    the same reads and backward() as a Future: the same model code runs either way.
+
+    >>> x = hb.tanh(hb.array([0.0, 1.0]))
+    >>> x
+    Tensor(shape=(2,), dtype=float32)
+    >>> x.asnumpy().round(3), float(hb.sum(x)) > 0.7
+    (array([0.   , 0.762], dtype=float32), True)
+    """
 
     __slots__ = ("value", "sig", "inputs", "aux", "_graph_spent", "__weakref__")
 

@@ -5,7 +5,17 @@ from . import signature
 
 
 class Future:
-    """(scope, node id) and nothing else: shape and dtype come from the node's type."""
+    """A value recorded in a batching scope, computed at the scope's next flush: (scope,
+    node id) and nothing else; shape and dtype come from the node's type, known at once.
+    A read (asnumpy(), item(), float(), bool(), a comparison) flushes if it is pending.
+
+    >>> with hb.batching():
+    ...     y = hb.tanh(hb.array([0.0, 1.0])) * 2
+    ...     y.shape, y.dtype                      # known before any flush
+    ((2,), dtype('float32'))
+    >>> y.asnumpy().round(3)
+    array([0.   , 1.523], dtype=float32)
+    """
 
     __slots__ = ("scope", "id")
 

@@ -32,6 +32,13 @@ def map(fn, instances):
     other instance (GreenletExit raised at its suspended read) and is raised at once.
     Each instance draws its random keys (hb.dropout) from a stream of its own, in both
     modes, so its masks do not depend on the order instances record in.
+
+    >>> def label(x):
+    ...     return "pos" if hb.sum(hb.array(x)) > 0 else "neg"     # a read of a value
+    >>> with hb.batching() as scope:
+    ...     labels = hb.map(label, [[1.0, 2.0], [-3.0, 1.0], [0.5, 0.5]])
+    >>> labels, scope.stats.flushes               # three reads, one flush
+    (['pos', 'neg', 'pos'], 1)
     """
     scope = _local.scope
     if scope is not None and scope.tracing:

@@ -25,7 +25,18 @@ def active():
 
 class Profile:
     """Spans and per-batch times from every scope flushed while it is active (a `with`
-    block). `max_events` bounds the trace kept (the sums per signature go on after it)."""
+    block). `max_events` bounds the trace kept (the sums per signature go on after it).
+
+    >>> import os, tempfile
+    >>> with hb.profile() as prof:
+    ...     with hb.batching():
+    ...         ys = [hb.tanh(hb.array([1.0])) for _ in range(4)]
+    >>> [(row["signature"], row["batches"], row["nodes"]) for row in prof.top(1)]
+    [('tanh((1,); ()) -> (1,)', 1, 4)]
+    >>> sorted(prof.phases())
+    ['forward', 'recording', 'scheduling']
+    >>> path = prof.chrome_trace(os.path.join(tempfile.mkdtemp(), "trace.json"))
+    """
 
     def __init__(self, max_events=1_000_000):
         self.max_events = max_events
@@ -125,5 +136,17 @@ class Profile:
 
 
 def profile(max_events=1_000_000):
-    """A Profile to fill in a `with` block: `with hb.profile() as prof: ...; print(prof)`."""
+    """A Profile to fill in a `with` block: `with hb.profile() as prof: ...; print(prof)`:
+    where the time of many scopes went, by phase and by signature.
+
+    >>> with hb.profile() as prof:
+    ...     for _ in range(2):
+    ...         with hb.batching():
+    ...             y = hb.tanh(hb.array([1.0, 2.0]))
+    >>> print(prof)
+    seconds by phase: recording ..., scheduling ..., forward ...
+    <BLANKLINE>
+     forward s backward s  batches    nodes  signature
+    ...      2        2  tanh((2,); ()) -> (2,)
+    """
     return Profile(max_events)

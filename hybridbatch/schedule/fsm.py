@@ -42,6 +42,25 @@ class FSMPolicy:
     batches without it).
     Hashes by identity, as the plan cache expects of a policy. Learning sets `batches` and
     `lower_bound`: the table's batch count and the bound, summed over the samples.
+    Learn one with hb.learn_policy, save it with the model, load it to schedule with it.
+
+    >>> import os, tempfile
+    >>> W = hb.Parameter("W", (4, 4), init=0.1)
+    >>> def chain(n):
+    ...     h = hb.array(np.ones(4, np.float32))
+    ...     for _ in range(n):
+    ...         h = hb.tanh(W @ h)
+    ...     return h
+    >>> policy = hb.learn_policy(chain, [2, 3], episodes=10, progress=False)
+    >>> path = os.path.join(tempfile.mkdtemp(), "policy.json")
+    >>> policy.save(path)
+    >>> loaded = hb.FSMPolicy.load(path)
+    >>> loaded.types == policy.types, loaded.states == policy.states
+    (True, True)
+    >>> with hb.batching(policy=loaded):
+    ...     y = chain(3)
+    >>> y.shape
+    (4,)
     """
 
     def __init__(self, types, encoding, states, actions, backoff=True):

@@ -95,7 +95,22 @@ def learn_policy(model_fn, sample_inputs, encoding="sort", alpha=0.5, episodes=3
     encoding: "base", "max", "sort" (ED-Batch's states, frontier-ratio fallback) or "phase"
     (ready types by critical path, critical-path fallback). The reward of a step is
     -batches + alpha * frontier ratio; n_step: steps before bootstrapping. The policy's
-    `batches` and `lower_bound` say how it did on the samples."""
+    `batches` and `lower_bound` say how it did on the samples.
+
+    >>> W = hb.Parameter("W", (4, 4), init=0.1)
+    >>> def chain(n):
+    ...     h = hb.array(np.ones(4, np.float32))
+    ...     for _ in range(n):
+    ...         h = hb.tanh(W @ h)
+    ...     return h
+    >>> policy = hb.learn_policy(chain, [2, 3, 5], episodes=20, progress=False)
+    >>> policy.batches, policy.lower_bound
+    (10, 10)
+    >>> with hb.batching(policy=policy) as scope:
+    ...     ys = [chain(n) for n in (4, 1)]
+    >>> scope.stats.batches
+    8
+    """
     encoding_code(encoding)          # a bad name fails before the model runs
     return learn_views(capture_views(model_fn, sample_inputs, granularity, batch_size), encoding, alpha,
                        episodes, n_step, seed, progress)

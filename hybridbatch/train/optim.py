@@ -475,6 +475,15 @@ class Trainer:
     steps. `zero_grad()` discards gradients without updating.
 
     Parameters with grad_req == "null" are frozen: never updated, their grad untouched.
+
+    >>> w = hb.Parameter("w", (2,), init=1.0)
+    >>> trainer = hb.Trainer([w], "sgd", {"learning_rate": 0.1})
+    >>> with hb.batching():
+    ...     total = hb.add_n([hb.sum(w * hb.array(x)) for x in ([1.0, 0.0], [3.0, 2.0])])
+    >>> total.backward()
+    >>> trainer.step(batch_size=2)             # w -= 0.1 * grad / 2
+    >>> w.data
+    array([0.8, 0.9], dtype=float32)
     """
 
     def __init__(self, params, optimizer="sgd", optimizer_params=None, schedule=None):

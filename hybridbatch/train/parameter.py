@@ -145,6 +145,15 @@ class Parameter:
     a 20k-word embedding touch only the rows a minibatch used. Any dense addition, and any
     read of `.grad` from outside (the caller may write anywhere in it), turns tracking off
     until the next zero_grad().
+
+    >>> w = hb.Parameter("w", (2, 3), init="zeros")
+    >>> w
+    Parameter('w', shape=(2, 3), dtype=float32)
+    >>> hb.sum(w @ hb.array([1.0, 2.0, 3.0])).backward()
+    >>> w.grad
+    array([[1., 2., 3.],
+           [1., 2., 3.]], dtype=float32)
+    >>> w.zero_grad()
     """
 
     def __init__(self, name, shape, init="xavier", dtype=np.float32, rng=None, grad_req=None):

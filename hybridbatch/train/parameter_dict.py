@@ -30,6 +30,11 @@ class ParameterDict:
         each Parameter uses its own default generator.
 
     Iterating yields names (like a dict); `values()`/`items()` give the Parameters.
+
+    >>> params = hb.ParameterDict(prefix="encoder_", seed=0)
+    >>> w = params.get("W", (4, 3))
+    >>> list(params), params.get("W") is w
+    (['encoder_W'], True)
     """
 
     def __init__(self, prefix="", seed=None):
