@@ -13,16 +13,15 @@ whether they agree.
 
     python examples/attention_pooling.py [--mode eager] [--compare] [--heads 4]
 """
-import argparse
 from typing import NamedTuple
 
-from common import add_batching_args, add_compare_arg, train_classifier  # noqa: E402
+from common import classifier_parser, train_classifier  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch import nn  # noqa: E402
-from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least  # noqa: E402
 
 
 class LabeledSet(NamedTuple):
@@ -68,18 +67,9 @@ class AttentionPooling(hb.Block):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int_at_least(0), default=3)
-    ap.add_argument("--batch", type=int_at_least(1), default=32)
-    add_batching_args(ap)
-    add_compare_arg(ap)
-    ap.add_argument("--hidden", type=int_at_least(1), default=64)
+    ap = classifier_parser(__doc__.splitlines()[0], epochs=3, batch=32, hidden=64, dropout=0.1, limit=2048,
+                           dev=256, what="sets")
     ap.add_argument("--heads", type=int_at_least(1), default=2, help="attention heads (must divide --hidden)")
-    ap.add_argument("--dropout", type=float, default=0.1)
-    ap.add_argument("--limit", type=int_at_least(1), default=2048, help="training sets")
-    ap.add_argument("--dev", type=int_at_least(1), default=256, help="held-out sets")
-    ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam's learning rate")
-    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
     if args.hidden % args.heads:
         ap.error("--heads must divide --hidden")

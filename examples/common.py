@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch_workloads.cli_args import policy_arg  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least, policy_arg, positive_float  # noqa: E402
 from hybridbatch_workloads.data import DataFormatError  # noqa: E402
 from hybridbatch.schedule import DEFAULT_POLICY, POLICIES  # noqa: E402
 
@@ -127,6 +127,24 @@ def report_agreement(outcome):
     else:
         print(f"eager and batched differ: losses {eager_losses} vs {batched_losses}, "
               f"{differ} of {len(eager_out)} held-out predictions")
+
+
+def classifier_parser(description, *, epochs, batch, hidden, dropout, limit, dev, what):
+    """The command line `train_classifier` reads (its model's own flags are added by the
+    caller): --epochs, --batch, the batching flags, --compare, --hidden, --dropout, --limit
+    and --dev (counts of `what`, training and held out), --lr (Adam's) and --seed."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--epochs", type=int_at_least(0), default=epochs)
+    ap.add_argument("--batch", type=int_at_least(1), default=batch)
+    add_batching_args(ap)
+    add_compare_arg(ap)
+    ap.add_argument("--hidden", type=int_at_least(1), default=hidden)
+    ap.add_argument("--dropout", type=float, default=dropout)
+    ap.add_argument("--limit", type=int_at_least(1), default=limit, help=f"training {what}")
+    ap.add_argument("--dev", type=int_at_least(1), default=dev, help=f"held-out {what}")
+    ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam's learning rate")
+    ap.add_argument("--seed", type=int_at_least(0), default=0)
+    return ap
 
 
 def train_classifier(make_model, train, dev, args, optimizer="adam", options=None):

@@ -14,16 +14,15 @@ dropout masks) and says whether they agree.
 
     python examples/ggnn.py [--mode eager] [--compare] [--steps 3] [--hidden 64]
 """
-import argparse
 from typing import NamedTuple
 
-from common import add_batching_args, add_compare_arg, train_classifier  # noqa: E402
+from common import classifier_parser, train_classifier  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch import nn  # noqa: E402
-from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least  # noqa: E402
 
 
 class Graph(NamedTuple):
@@ -95,18 +94,9 @@ class GGNN(hb.Block):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int_at_least(0), default=3)
-    ap.add_argument("--batch", type=int_at_least(1), default=32)
-    add_batching_args(ap)
-    add_compare_arg(ap)
-    ap.add_argument("--hidden", type=int_at_least(1), default=64)
+    ap = classifier_parser(__doc__.splitlines()[0], epochs=3, batch=32, hidden=64, dropout=0.2, limit=1024,
+                           dev=256, what="graphs")
     ap.add_argument("--steps", type=int_at_least(1), default=3, help="propagation steps")
-    ap.add_argument("--dropout", type=float, default=0.2)
-    ap.add_argument("--limit", type=int_at_least(1), default=1024, help="training graphs")
-    ap.add_argument("--dev", type=int_at_least(1), default=256, help="held-out graphs")
-    ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam's learning rate")
-    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
     train = random_graphs(args.limit, seed=args.seed)
     dev = random_graphs(args.dev, seed=args.seed + 1)
