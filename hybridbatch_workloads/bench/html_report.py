@@ -114,7 +114,8 @@ def collect(cfg, result):
     with settings(distinct_rows=cfg.distinct_rows):
         explanation = _explain_minibatch(wl, steps[:cfg.batch], cfg)
         prof, trace = _profile_steps(wl, steps[cfg.batch:], cfg)
-    return {"result": result, "policies": policies, "explain": explanation, "profile": prof, "trace": trace}
+    return {"config": cfg, "result": result, "policies": policies, "explain": explanation, "profile": prof,
+            "trace": trace}
 
 
 # -- rendering --------------------------------------------------------------------------
@@ -270,6 +271,9 @@ def render(report):
     summary = format_sweep(result) if sweep else format_result(result)
     plot = _png(plot_sweep, result) if sweep else _png(plot_result, result)
     plot_alt = f"sweep over {result['sweep']}" if sweep else "throughput and step split"
+    c = report["config"]
+    measured_at = (f"The sections below ran {html.escape(c.workload)} at hidden {c.hidden}, minibatch {c.batch}, "
+                   f"policy {html.escape(str(c.policy))}, granularity {html.escape(c.granularity)}.")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{STYLE}</style><script>{ERROR_CAPTURE}</script></head>
@@ -278,6 +282,7 @@ def render(report):
 <h2>{'Sweep' if sweep else 'Run'}</h2>
 <pre>{html.escape(summary)}</pre>
 <img alt="{html.escape(plot_alt)}" src="{plot}">
+<p>{measured_at}</p>
 <h2>Scheduling policies</h2>
 {_policy_section(report["policies"])}
 <h2>One batched training minibatch, explained</h2>
