@@ -187,13 +187,13 @@ def test_policies_with_no_workload_named_is_an_error(tmp_path, capsys, workloads
 
 
 def test_policies_with_a_batch_too_big_for_the_data_is_an_error(capsys):
-    """The comparison needs 11 minibatches of training instances; a bigger --batch than the
-    data allows died in a ValueError traceback."""
+    """The comparison needs 8 minibatches of training instances, 11 with the training runs; a
+    bigger --batch than the data allows died in a ValueError traceback."""
     from hybridbatch_workloads.bench import cli
     assert cli.main(["policies", "--workloads", "w6", "--batch", "512", "--hidden", "8", "--no-throughput",
                      "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: W6: 2000 training instances, the comparison needs 5632") and "--batch" in err
+    assert err.startswith("error: W6: 2000 training instances, the comparison needs 4096 (8 minibatches") and "--batch" in err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from ..cli_args import int_at_least, policy_arg, positive_float
 from ..data import DataFormatError
 from hybridbatch.schedule import DEFAULT_POLICY, POLICIES
 from .harness import Config, run_benchmark, run_cold_start
+from .html_report import write_report
 from .policies import (WORKLOADS as POLICY_WORKLOADS, TooFewInstances, compare_policies, format_policies,
                        plot_policies)
 from .registry import WORKLOADS, UnknownWorkload
@@ -29,6 +30,7 @@ examples:
   python -m hybridbatch.bench W1
   python -m hybridbatch.bench W1 --data ../shared/data/sst --json w1.json
   python -m hybridbatch.bench W1 --sweep hidden --json w1_hidden.json   # + w1_hidden.png
+  python -m hybridbatch.bench W1 --report w1.html   # + policies, explain table and trace in one page
   python -m hybridbatch.bench policies --data ../shared/data --json policies.json  # + policies.png
 
 `policies` compares every scheduling policy (depth, agenda, greedy-frontier, critical-path,
@@ -98,6 +100,10 @@ def build_parser():
                     help="hidden: 32..512; batch: 1..256 (docs/workloads.md variants); writes a PNG")
     ap.add_argument("--plot", metavar="PNG", type=output_file, help="plot path for --sweep and policies (default: next to "
                                                   "--json, or sweep_<WORKLOAD>.png / policies.png)")
+    ap.add_argument("--report", metavar="HTML", type=output_file,
+                    help="also write one self-contained HTML page: the run's (or sweep's) plot and "
+                         "summary, a policy table, the explanation of a training minibatch and the "
+                         "trace of a few training steps")
     ap.add_argument("--lr", type=positive_float, default=0.05, help="SGD learning rate (0.05)")
     ap.add_argument("--seed", type=int_at_least(0), default=0)
     ap.add_argument("--gemm-repeats", type=int_at_least(1), default=7,
@@ -120,7 +126,7 @@ def build_parser():
 # command, they would be silently ignored
 SINGLE_ONLY = ("policy", "granularity", "instances", "warmup", "repeats", "eager_instances", "eager_warmup",
                "no_eager", "sweep", "gemm_repeats", "synthetic_train", "synthetic_dev", "no_check",
-               "no_distinct_rows", "cold")
+               "no_distinct_rows", "cold", "report")
 POLICIES_ONLY = ("workloads", "eval_batches", "no_throughput")
 
 
@@ -134,6 +140,8 @@ def check_flags_apply(ap, args):
                      else f"{flag} applies to policies only")
     if args.cold and args.sweep:
         ap.error("--cold measures one configuration, not a --sweep")
+    if args.cold and args.report:
+        ap.error("--report applies to a run or a --sweep, not to --cold")
     if args.plot and not (policies or args.sweep):
         ap.error("--plot applies to --sweep and policies only")
 
@@ -226,14 +234,18 @@ def main(argv=None):
         if args.cold:
             return _cold(cfg, args, progress)
         if args.sweep:
-            sweep = run_sweep(cfg, args.sweep, progress=progress)
-            return _report_with_plot(sweep, args, plot_sweep, format_sweep, f"sweep_{cfg.workload.upper()}.png")
-        res = run_benchmark(cfg, progress=progress)
+            res = run_sweep(cfg, args.sweep, progress=progress)
+            _report_with_plot(res, args, plot_sweep, format_sweep, f"sweep_{cfg.workload.upper()}.png")
+        else:
+            res = run_benchmark(cfg, progress=progress)
+            print(format_result(res))
+            if args.json:
+                _write_json(args.json, res)
+                print(f"json: {args.json}")
+        if args.report:
+            write_report(args.report, cfg, res)
+            print(f"report: {args.report}")
     except (UnknownWorkload, TooFewInstances, FileNotFoundError, DataFormatError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(format_result(res))
-    if args.json:
-        _write_json(args.json, res)
-        print(f"json: {args.json}")
     return 0

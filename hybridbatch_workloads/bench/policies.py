@@ -111,17 +111,22 @@ def judged_views(wl, pool, batch, eval_batches, granularity):
 
 
 def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, data=None, seed=0,
-                     lr=0.05, progress=True):
-    """One workload's row of the comparison: per policy, batches, bound, times, throughput."""
-    wl = make_workload(name, hidden=hidden, data_dir=data if name in REAL_DATA else None, seed=seed)
+                     lr=0.05, progress=True, workload=None):
+    """One workload's row of the comparison: per policy, batches, bound, times, throughput.
+
+    `workload`: an already built Workload to use instead of building `name` (the HTML report
+    compares policies on the workload it ran, with its data options)."""
+    wl = workload if workload is not None else make_workload(
+        name, hidden=hidden, data_dir=data if name in REAL_DATA else None, seed=seed)
     wl.hybridize()
     granularity = DEFAULT_GRANULARITY.get(name, "op")
     pool = list(wl.train_instances())
-    need = batch * (LEARN_BATCHES + eval_batches + 1 + MEASURED_BATCHES)
+    minibatches = LEARN_BATCHES + eval_batches + (1 + MEASURED_BATCHES if measure else 0)
+    need = batch * minibatches
     if len(pool) < need:
         raise TooFewInstances(f"{name}: {len(pool)} training instances, the comparison needs {need} "
-                              f"({LEARN_BATCHES + eval_batches + 1 + MEASURED_BATCHES} minibatches of "
-                              f"{batch}); use a smaller --batch or --eval-batches")
+                              f"({minibatches} minibatches of {batch}); use a smaller --batch or "
+                              f"--eval-batches")
     learn_on = pool[:batch * LEARN_BATCHES]
     measured = pool[batch * (LEARN_BATCHES + eval_batches):need]
     views = judged_views(wl, pool, batch, eval_batches, granularity)
