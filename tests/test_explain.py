@@ -114,3 +114,24 @@ def _line_of(text):
     """The number of this file's first line holding `text`, this helper's own lines aside."""
     lines = open(__file__).read().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line and "_line_of" not in line)
+
+
+def test_seconds_per_signature_where_a_profile_timed_the_batches():
+    cell = nn.LSTMCell(4, 4, seed=0)
+    cell.hybridize()
+
+    def run():
+        with hb.batching() as scope:
+            h = c = np.zeros(4, np.float32)
+            for t in range(3):
+                h, c = cell(np.full(4, t, np.float32), h, c)
+            loss = hb.sum(h)
+        loss.backward()
+        return scope.explain()
+
+    plain = run()
+    assert all(s.forward_seconds is None and s.backward_seconds is None for s in plain.signatures)
+    with hb.profile():
+        timed = run()
+    lstm = next(s for s in timed.signatures if s.description.startswith("block:LSTMCell"))
+    assert lstm.forward_seconds > 0 and lstm.backward_seconds > 0

@@ -227,7 +227,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
                         plan.sig_n_out, plan.use_off, plan.use, plan.inside)
         for b in range(plan.n_batches - 1, -1, -1):
             if prof is not None:
-                prof.backward_batch(plan.recorded_sig(b), plan.sizes[b])
+                prof.backward_batch(plan, b)
             outs = plan.outs[b]
             nodes = plan.start + plan.batch_nodes(b)
             live = mark[nodes]

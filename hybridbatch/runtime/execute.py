@@ -83,6 +83,8 @@ def run_forward(plan, arenas, xp, origin=None):
 def _run_batches(plan, arenas, xp, origin):
     sigs = signature.SIGS
     prof = profile.active()
+    if prof is not None:
+        plan.forward_seconds = [0.0] * len(plan.sizes)
     for b, size in enumerate(plan.sizes):
         if prof is not None:
             start = time.perf_counter()
@@ -102,7 +104,9 @@ def _run_batches(plan, arenas, xp, origin):
             if yj is not dst:       # written in place by a writes_out op
                 dst[...] = yj
         if prof is not None:
-            prof.batch(plan.recorded_sig(b), size, start, time.perf_counter(), "forward")
+            end = time.perf_counter()
+            plan.forward_seconds[b] = end - start
+            prof.batch(plan.recorded_sig(b), size, start, end, "forward")
 
 
 def _inside(plan, arenas, b, sig, row, xp):

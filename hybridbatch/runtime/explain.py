@@ -1,13 +1,14 @@
 """`scope.explain()`: what the batcher did with a scope's nodes, in words and as data.
 
-Per recorded signature: its batches, nodes, batch sizes and the bytes its batches copied
+Per recorded signature: its batches, nodes, batch sizes, the bytes its batches copied
 (operand rows gathered by index; a contiguous run of rows is a view and copies nothing) and
-wrote (output rows). Then every node that ran in a batch of one, with the reason the plans
+wrote (output rows), and, where the scope ran under `hb.profile()`, their forward and
+backward seconds. Then every node that ran in a batch of one, with the reason the plans
 show: an op that never batches (`py_func`), the only node of its signature in its flush
 (named further when the op ran on other shapes or with another number of operands there,
 or when a read forced that flush), or a signature the flush ran in several batches
 (dependencies, or the policy's order). It reads the scope's plans after the fact; nothing
-is collected while recording or running.
+is collected while recording or running unless a profile is active.
 """
 import dataclasses
 import statistics
@@ -30,6 +31,8 @@ class SignatureReport:
     largest: int
     bytes_gathered: int     # operand rows copied into batches
     bytes_written: int      # output rows
+    forward_seconds: float | None     # where hb.profile() timed its batches, else None
+    backward_seconds: float | None
 
 
 @dataclasses.dataclass
@@ -61,10 +64,11 @@ class Explanation:
                  + (f", {self.forced_flushes} forced by reads" if self.forced_flushes else ""),
                  "seconds: " + ", ".join(f"{k} {v:.4f}" for k, v in self.seconds.items()),
                  "", f"{'batches':>7} {'nodes':>7} {'sizes min/median/max':>21} {'gathered':>10} "
-                     f"{'written':>10}  signature"]
+                     f"{'written':>10} {'forward s':>10} {'backward s':>10}  signature"]
         for s in self.signatures:
             lines.append(f"{s.batches:>7} {s.nodes:>7} {f'{s.smallest}/{s.median:g}/{s.largest}':>21} "
-                         f"{_size(s.bytes_gathered):>10} {_size(s.bytes_written):>10}  {s.description}")
+                         f"{_size(s.bytes_gathered):>10} {_size(s.bytes_written):>10} {_time(s.forward_seconds):>10} "
+                         f"{_time(s.backward_seconds):>10}  {s.description}")
         if self.singles:
             lines += ["", f"{len(self.singles)} node{'s' if len(self.singles) != 1 else ''} ran in a batch of one:"]
             for s in self.singles[:SINGLES_SHOWN]:
@@ -72,6 +76,10 @@ class Explanation:
             if len(self.singles) > SINGLES_SHOWN:
                 lines.append(f"  ... {len(self.singles) - SINGLES_SHOWN} more (explain().singles has them all)")
         return "\n".join(lines)
+
+
+def _time(seconds):
+    return "-" if seconds is None else f"{seconds:.4f}"
 
 
 def _size(n):
@@ -84,7 +92,7 @@ def _size(n):
 def explain(scope):
     """The Explanation of everything the scope has flushed."""
     sigs = signature.SIGS
-    batches = defaultdict(list)      # recorded signature -> [(size, gathered, written)]
+    batches = defaultdict(list)      # recorded signature -> [(size, gathered, written, fwd s, bwd s)]
     singles = []
     for k, plan in enumerate(scope.plans):
         recorded = [plan.recorded_sig(b) for b in range(len(plan.sizes))]
@@ -94,7 +102,9 @@ def explain(scope):
             nodes_of[s] += size
             batches_of[s] += 1
         for b, (s, size) in enumerate(zip(recorded, plan.sizes)):
-            batches[s].append((size, _gathered(plan, scope.arenas, b), _written(plan, scope.arenas, b)))
+            batches[s].append((size, _gathered(plan, scope.arenas, b), _written(plan, scope.arenas, b),
+                               None if plan.forward_seconds is None else plan.forward_seconds[b],
+                               None if plan.backward_seconds is None else plan.backward_seconds[b]))
             if size == 1:
                 node = plan.start + int(plan.batch_nodes(b)[0])
                 reason = _why_alone(sigs[s], nodes_of, batches_of, k in scope.forced_plans)
@@ -107,13 +117,20 @@ def explain(scope):
         sizes = [r[0] for r in rows]
         reports.append(SignatureReport(sigs[s].describe(), len(rows), sum(sizes), min(sizes),
                                        statistics.median(sizes), max(sizes), sum(r[1] for r in rows),
-                                       sum(r[2] for r in rows)))
+                                       sum(r[2] for r in rows), _seconds(r[3] for r in rows),
+                                       _seconds(r[4] for r in rows)))
     reports.sort(key=lambda r: (-r.batches, -r.nodes))
     st = scope.stats
     return Explanation(st.nodes, st.batches, st.lower_bound, st.flushes, st.forced_flushes,
                        {"recording": st.record_seconds, "scheduling": st.schedule_seconds,
                         "executing": st.execute_seconds, "backward": st.backward_seconds},
                        reports, singles)
+
+
+def _seconds(per_batch):
+    """The sum of the batches' timed seconds; None where none was timed."""
+    timed = [t for t in per_batch if t is not None]
+    return sum(timed) if timed else None
 
 
 def _why_alone(sig, nodes_of, batches_of, forced):

@@ -377,6 +377,8 @@ class Plan:
         self.outs = [pairs[e - n:e] for e, n in zip(ends.tolist(), k.tolist())]
         self.sizes = np.diff(bptr).tolist()
         self.saved = {}
+        # seconds per batch, kept where hb.profile() timed them (scope.explain reads them)
+        self.forward_seconds = self.backward_seconds = None
         ragged = np.array([op.ragged for op in ops], np.bool_)[sig_local]
         self.inside = np.zeros(len(sig_local), np.int64)   # per node: bit i, operand i looked up inside
         self.folded = {}     # batch -> (its recorded signature, the operand looked up inside)

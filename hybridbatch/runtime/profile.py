@@ -43,7 +43,7 @@ class Profile:
         self.events = []                   # (name, category, start, seconds, args)
         self.dropped = 0                   # events past max_events
         self._sums = defaultdict(lambda: [0, 0, 0.0, 0.0])   # sig id -> batches, nodes, fwd s, bwd s
-        self._open = None                  # backward's batch being timed: (sig id, size, start)
+        self._open = None                  # backward's batch being timed: (plan, batch, start)
         self._origin = None
 
     def __enter__(self):
@@ -76,13 +76,18 @@ class Profile:
             sums[3] += end - start
         self._event(signature.SIGS[sig_id].op.name, phase, start, end - start, {"nodes": size, "signature": sig_id})
 
-    def backward_batch(self, sig_id=None, size=0):
+    def backward_batch(self, plan=None, b=0):
         """Backward's batches, timed from one to the next: close the batch being timed and
-        open `sig_id`'s (None: only close)."""
+        open batch b of `plan` (None: only close). Each batch's seconds also go to its plan
+        (`plan.backward_seconds`), for scope.explain()."""
         now = time.perf_counter()
         if self._open is not None:
-            self.batch(self._open[0], self._open[1], self._open[2], now, "backward")
-        self._open = None if sig_id is None else (sig_id, size, now)
+            done, k, start = self._open
+            self.batch(done.recorded_sig(k), done.sizes[k], start, now, "backward")
+            done.backward_seconds[k] += now - start
+        if plan is not None and plan.backward_seconds is None:
+            plan.backward_seconds = [0.0] * len(plan.sizes)
+        self._open = None if plan is None else (plan, b, now)
 
     def _event(self, name, category, start, seconds, args):
         if len(self.events) < self.max_events:
