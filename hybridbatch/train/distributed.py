@@ -16,6 +16,16 @@ of each minibatch, and the ranks sum their gradients before every Trainer step.
         if hb.distributed.is_root():
             trainer.save_states("states.npz")
 
+Each epoch, `shard` gives every rank its part of one shared random order; the parts of two
+ranks interleave into the order one process would read:
+
+    >>> hb.distributed.shard(list("abcdefg"), seed=0, epoch=0, rank=0, size=1)
+    ['c', 'e', 'd', 'g', 'f', 'a', 'b']
+    >>> hb.distributed.shard(list("abcdefg"), seed=0, epoch=0, rank=0, size=2)
+    ['c', 'd', 'f']
+    >>> hb.distributed.shard(list("abcdefg"), seed=0, epoch=0, rank=1, size=2)
+    ['e', 'g', 'a']
+
 `allreduce_gradients` sums every rank's gradients and returns the number of instances they
 came from, all ranks together; the Trainer divides by that, so each rank's update is the
 average over the global minibatch, the same as one process stepping on all of it (up to
@@ -282,12 +292,15 @@ def sum_over_ranks(value):
     return float(total) if total.ndim == 0 else total
 
 
-def shard(items, seed, epoch):
+def shard(items, seed, epoch, rank=None, size=None):
     """This rank's items for one epoch: all ranks draw the same permutation of `items` from
-    (seed, epoch), drop its last len(items) % size() entries so that every rank gets as many
-    (and so takes as many steps), and rank r takes every size()-th one from position r. The
+    (seed, epoch), drop its last len(items) % size entries so that every rank gets as many
+    (and so takes as many steps), and rank r takes every size-th one from position r. The
     k-th minibatches of b items on N ranks are then together the k-th minibatch of N * b
-    items of one process reading the same permutation."""
-    n = size()
+    items of one process reading the same permutation. rank, size: those of this process
+    unless given."""
+    world = _joined() if rank is None or size is None else None
+    rank = world.rank if rank is None else rank
+    size = world.size if size is None else size
     order = np.random.default_rng([seed, epoch]).permutation(len(items))
-    return [items[j] for j in order[:len(items) // n * n][rank()::n]]
+    return [items[j] for j in order[:len(items) // size * size][rank::size]]
