@@ -285,10 +285,9 @@ def last_step_bytes():
 def sum_over_ranks(value):
     """value (a number or numpy array) summed over the ranks, e.g. a loss to log on rank 0."""
     world = _joined()
-    total = np.array(value, np.float64)
+    total = np.array(value, np.float64)     # a copy, C-contiguous
     if world.size > 1:
-        total = np.ascontiguousarray(total)
-        _wait(world.comm.Iallreduce(world.mpi.IN_PLACE, total), "sum_over_ranks")
+        _wait(world.comm.Iallreduce(world.mpi.IN_PLACE, total.reshape(-1)), "sum_over_ranks")
     return float(total) if total.ndim == 0 else total
 
 
