@@ -204,11 +204,10 @@ def allreduce_gradients(params, batch_size):
     (indices and values of every row-tracked gradient, where that is smaller than the table).
     Every rank must call it at every step, with its parameters in the same order."""
     world = _joined()
+    if world.size == 1:
+        return batch_size
     items = [p for p in _collect(params)[0] if p.grad_req != "null"]
     rows = [p.grad_rows() for p in items]
-    if world.size == 1:
-        world.step_bytes = (0, 0)
-        return batch_size
     row_counts = [-1 if r is None else len(r) for r in rows]
     table = _gather_table(np.array([batch_size, *row_counts], np.float64), "allreduce_gradients")
     counts = table[:, 1:].astype(np.int64)
