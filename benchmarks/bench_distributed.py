@@ -100,8 +100,8 @@ def scaling(one, two):
     """Per network and rank count, the projected efficiency of weak scaling (each rank keeps
     `one`'s per-rank batch): the compute per step of the 1-rank run, against it plus a ring
     allreduce of the dense bytes (2 (N-1)/N of them cross each link) and the gathered sparse
-    rows ((N-1) ranks' worth, from the 2-rank run; past the dense table's allreduce, which
-    allreduce_gradients then sends instead, that)."""
+    rows ((N-1) ranks' worth, from the 2-rank run; once that is more than the table's ring
+    allreduce, allreduce_gradients sends the table densely instead)."""
     compute = one["forward_backward_s"] + one["update_s"]
     dense, rows = two["dense_bytes"], two["sparse_bytes"] / 2
     table = two["param_bytes"] - dense          # the tables whose rows went sparse

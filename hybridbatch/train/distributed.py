@@ -201,7 +201,8 @@ def allreduce_gradients(params, batch_size):
 
     Per step: one small gather of each rank's batch size and gradient rows, one allreduce of
     the dense gradients packed into a buffer per dtype, and one gather of the sparse rows
-    (indices and values of every row-tracked gradient, where that is smaller than the table).
+    (indices and values of every row-tracked gradient, while all ranks' rows together are less
+    than twice the table's bytes, which a ring allreduce would move).
     Every rank must call it at every step, with its parameters in the same order."""
     world = _joined()
     if world.size == 1:
@@ -215,8 +216,10 @@ def allreduce_gradients(params, batch_size):
     for i, p in enumerate(items):
         if (counts[:, i] < 0).any():
             continue
+        # each rank receives every rank's rows once, where a ring allreduce moves about twice
+        # the table through each rank's link
         row_bytes = p.dtype.itemsize * int(np.prod(p.shape[1:], dtype=np.int64))
-        if counts[:, i].sum() * (row_bytes + _ROW_INDEX.itemsize) < p.dtype.itemsize * int(np.prod(p.shape)):
+        if counts[:, i].sum() * (row_bytes + _ROW_INDEX.itemsize) < 2 * p.dtype.itemsize * int(np.prod(p.shape)):
             sparse.append(i)
     chosen = set(sparse)
     dense_bytes = _allreduce_dense([p for i, p in enumerate(items) if i not in chosen])
