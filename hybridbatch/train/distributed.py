@@ -94,7 +94,6 @@ def init(timeout=DEFAULT_TIMEOUT):
         if _world.size > 1:
             sys.excepthook = _aborting(sys.excepthook)
     _world.timeout = float(timeout)
-    return _world
 
 
 def _aborting(excepthook):
@@ -109,7 +108,10 @@ def _aborting(excepthook):
 
 
 def _joined():
-    return _world if _world is not None else init()
+    """The world, joined with init()'s defaults on first use."""
+    if _world is None:
+        init()
+    return _world
 
 
 def rank():
