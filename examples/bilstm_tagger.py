@@ -9,6 +9,7 @@ sentences per second) and the tagging accuracy on held-out sentences.
     python examples/bilstm_tagger.py                          # synthetic data, W2, ~20 s
     python examples/bilstm_tagger.py --chars                  # W3: rare words by characters
     python examples/bilstm_tagger.py --data ../shared/data/ud_english_ewt --limit 0 --epochs 3
+    mpirun -n 2 python examples/bilstm_tagger.py --distributed   # data-parallel: 32 sentences per rank per step
 
 Words seen fewer than 5 times in the training sentences are UNK (W2) or embedded by the
 character BiLSTM (W3, `--chars`). `--limit 0` trains on every sentence.
@@ -17,7 +18,9 @@ import argparse
 import time
 from collections import Counter
 
-from common import add_batching_args, load_or_exit, minibatches  # noqa: E402  (first: one thread, repository on the path)
+# common first: one thread, the repository on the path
+from common import (add_batching_args, add_distributed_arg, epoch_minibatches, load_or_exit, say,  # noqa: E402
+                    start_distributed, step, total_over_ranks)
 
 import numpy as np  # noqa: E402
 
@@ -48,10 +51,10 @@ def load(args):
     return pairs(train), pairs(dev)
 
 
-def train_epoch(model, trainer, data, args, rng):
-    """One pass: (mean loss per sentence, sentences per second)."""
+def train_epoch(model, trainer, data, args, rng, epoch):
+    """One pass: (mean loss per sentence, sentences per second), over all ranks with --distributed."""
     total, seconds = 0.0, 0.0
-    for batch in minibatches(data, args.batch, rng):
+    for batch in epoch_minibatches(data, args, rng, epoch):
         t0 = time.perf_counter()
         if args.mode == "eager":
             loss = hb.add_n([model.sentence_loss(w, t) for w, t in batch])
@@ -60,10 +63,10 @@ def train_epoch(model, trainer, data, args, rng):
             with hb.batching(policy=args.policy, granularity=args.granularity):
                 loss = hb.add_n([model.sentence_loss(w, t) for w, t in batch])
             loss.backward()
-        trainer.step(len(batch))
+        step(trainer, args, len(batch))
         seconds += time.perf_counter() - t0
         total += loss.item()
-    return total / len(data), len(data) / seconds
+    return total_over_ranks(total, args) / len(data), len(data) / seconds
 
 
 def accuracy(model, data, args):
@@ -89,6 +92,7 @@ def main():
     ap.add_argument("--epochs", type=int_at_least(0), default=3)
     ap.add_argument("--batch", type=int_at_least(1), default=64)
     add_batching_args(ap)
+    add_distributed_arg(ap)
     ap.add_argument("--hidden", type=int_at_least(2), default=256, help="word embedding and LSTM size (chars: half)")
     ap.add_argument("--lstmcell", action="store_true",
                     help="steps as nn.LSTMCell over [x; h] (default: input projections hoisted out of the "
@@ -109,18 +113,19 @@ def main():
                          char_embed=64, char_hidden=args.hidden // 2, hoist=not args.lstmcell, seed=args.seed)
     model.hybridize()
     trainer = hb.Trainer(model.parameters(), "sgd", {"learning_rate": args.lr, "clip_global_norm": 5.0})
+    start_distributed(args, trainer)
     rare = sum(c for w, c in counts.items() if w not in word_vocab) / max(sum(counts.values()), 1)
-    print(f"{'W3' if args.chars else 'W2'} tagger: {len(train)} train / {len(dev)} dev sentences "
+    say(args, f"{'W3' if args.chars else 'W2'} tagger: {len(train)} train / {len(dev)} dev sentences "
           f"({'real' if args.data else 'synthetic'}), vocabulary {len(word_vocab)} words "
           f"({rare:.1%} of training tokens rarer than 5 -> {'chars' if args.chars else 'UNK'}), "
           f"hidden {args.hidden}, {args.mode}"
           + (f" ({args.granularity}, {args.policy})" if args.mode == "batched" else ""))
-    print(f"dev accuracy before training: {accuracy(model, dev, args):.3f}")
+    say(args, f"dev accuracy before training: {accuracy(model, dev, args):.3f}")
     rng = np.random.default_rng(args.seed)
     for epoch in range(1, args.epochs + 1):
-        loss, speed = train_epoch(model, trainer, train, args, rng)
+        loss, speed = train_epoch(model, trainer, train, args, rng, epoch)
         acc = accuracy(model, dev, args)
-        print(f"epoch {epoch}: loss {loss:.3f} per sentence, {speed:.1f} sentences/s, dev accuracy {acc:.3f}")
+        say(args, f"epoch {epoch}: loss {loss:.3f} per sentence, {speed:.1f} sentences/s, dev accuracy {acc:.3f}")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,61 @@ def minibatches(items, size, rng):
         yield [items[j] for j in order[i:i + size]]
 
 
+def add_distributed_arg(ap):
+    ap.add_argument("--distributed", action="store_true",
+                    help="data-parallel over the ranks of `mpirun -n N` (hb.distributed): each step takes --batch "
+                         "instances over all ranks, --batch / N on each; rank 0 prints")
+
+
+def distributed(args):
+    """Whether this run trains over MPI ranks (examples without --distributed lack the flag)."""
+    return getattr(args, "distributed", False)
+
+
+def start_distributed(args, trainer):
+    """With --distributed: join the MPI job and give every rank rank 0's weights and
+    optimizer state; --batch must split evenly over the ranks."""
+    if not distributed(args):
+        return
+    try:
+        hb.distributed.init()
+    except hb.distributed.DistributedError as e:
+        sys.exit(str(e))
+    if args.batch % hb.distributed.size():
+        sys.exit(f"--batch {args.batch} does not split over {hb.distributed.size()} ranks")
+    hb.distributed.broadcast_parameters(trainer.params)
+    hb.distributed.broadcast_trainer(trainer)
+
+
+def say(args, *values, **kwargs):
+    """print(*values), with --distributed on rank 0 only (every rank computes the same)."""
+    if not distributed(args) or hb.distributed.is_root():
+        print(*values, **kwargs)
+
+
+def epoch_minibatches(items, args, rng, epoch):
+    """This process's minibatches of one epoch: all items shuffled by rng, args.batch at a
+    time; with --distributed this rank's shard of the epoch, args.batch / ranks at a time."""
+    if not distributed(args):
+        return minibatches(items, args.batch, rng)
+    mine = hb.distributed.shard(items, args.seed, epoch)
+    per_rank = args.batch // hb.distributed.size()
+    return (mine[i:i + per_rank] for i in range(0, len(mine), per_rank))
+
+
+def step(trainer, args, batch_size):
+    """trainer.step over this process's batch_size instances, or with --distributed over
+    every rank's, their gradients summed first."""
+    if distributed(args):
+        batch_size = hb.distributed.allreduce_gradients(trainer.params, batch_size)
+    trainer.step(batch_size)
+
+
+def total_over_ranks(value, args):
+    """value summed over the ranks with --distributed (a loss), else value."""
+    return hb.distributed.sum_over_ranks(value) if distributed(args) else value
+
+
 def run(fn, mode, policy=DEFAULT_POLICY, granularity="block"):
     """fn() inside a batching scope (mode "batched") or as it is (mode "eager")."""
     if mode == "eager":
@@ -54,18 +109,18 @@ def run(fn, mode, policy=DEFAULT_POLICY, granularity="block"):
         return fn()
 
 
-def train_epoch(loss_of, trainer, items, args, rng):
-    """One pass over items in shuffled minibatches of args.batch: the summed loss of each
-    minibatch (args.mode, args.policy, args.granularity), backward, a Trainer step. The
-    instances run through hb.map, so a model that reads values as it runs still batches.
-    Returns (total loss, seconds)."""
+def train_epoch(loss_of, trainer, items, args, rng, epoch=0):
+    """One pass over items in shuffled minibatches of args.batch (epoch_minibatches): the
+    summed loss of each minibatch (args.mode, args.policy, args.granularity), backward, a
+    Trainer step. The instances run through hb.map, so a model that reads values as it runs
+    still batches. Returns (total loss over all ranks, seconds)."""
     total, start = 0.0, time.perf_counter()
-    for batch in minibatches(items, args.batch, rng):
+    for batch in epoch_minibatches(items, args, rng, epoch):
         loss = run(lambda: hb.add_n(hb.map(loss_of, batch)), args.mode, args.policy, args.granularity)
         loss.backward()
-        trainer.step(len(batch))
+        step(trainer, args, len(batch))
         total += loss.item()
-    return total, time.perf_counter() - start
+    return total_over_ranks(total, args), time.perf_counter() - start
 
 
 def add_compare_arg(ap):

@@ -11,10 +11,11 @@ roots).
     python examples/treelstm_sst.py                                  # synthetic SST-shaped trees
     python examples/treelstm_sst.py --data ../shared/data/sst --limit 0 --epochs 1
     python examples/treelstm_sst.py --model mvrnn                    # W4 MV-RNN (d = hidden / 4)
+    mpirun -n 2 python examples/treelstm_sst.py --distributed       # data-parallel: 32 trees per rank per step
 """
 import argparse
 
-from common import add_batching_args, load_or_exit, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+from common import add_batching_args, add_distributed_arg, load_or_exit, run, say, start_distributed, train_epoch  # noqa: E402  (first: one thread, repository on the path)
 
 import numpy as np  # noqa: E402
 
@@ -45,6 +46,7 @@ def main():
     ap.add_argument("--model", choices=sorted(MODELS), default="treelstm",
                     help="W1 Tree-LSTM, or W4: Tree-GRU, two-type Tree-LSTM, MV-RNN")
     add_batching_args(ap)
+    add_distributed_arg(ap)
     ap.add_argument("--hidden", type=int_at_least(1), default=256)
     ap.add_argument("--batch", type=int_at_least(1), default=64)
     ap.add_argument("--epochs", type=int_at_least(0), default=1)
@@ -61,15 +63,16 @@ def main():
     train, dev = workload.train_instances(), workload.dev_instances()
     batched = args.mode == "batched"
     trainer = hb.Trainer(workload.parameters(), "sgd", {"learning_rate": args.lr})
+    start_distributed(args, trainer)
     rng = np.random.default_rng(args.seed)
-    print(f"{workload.name}: {workload.description}")
-    print(f"{workload.data_source}: {len(train)} training trees, {len(dev)} dev trees, "
+    say(args, f"{workload.name}: {workload.description}")
+    say(args, f"{workload.data_source}: {len(train)} training trees, {len(dev)} dev trees, "
           f"vocabulary {len(workload.vocab)}, hidden {args.hidden}, {args.mode}"
           + (f" ({args.policy}, {args.granularity})" if batched else ""))
     for epoch in range(1, args.epochs + 1):
-        total, seconds = train_epoch(workload.loss, trainer, train, args, rng)
+        total, seconds = train_epoch(workload.loss, trainer, train, args, rng, epoch)
         acc, acc2 = accuracy(workload, dev, args.mode, args.policy, args.granularity, args.batch)
-        print(f"epoch {epoch}: loss/tree {total / len(train):.3f}  {len(train) / seconds:.1f} trees/s  "
+        say(args, f"epoch {epoch}: loss/tree {total / len(train):.3f}  {len(train) / seconds:.1f} trees/s  "
               f"dev root accuracy {100 * acc:.1f}% (binary {100 * acc2:.1f}%)")
 
 

@@ -608,6 +608,10 @@ class Trainer:
         archive, no pickles, written atomically): every parameter's optimizer state, the
         step count, the optimizer's name and options, clip_global_norm, and the schedule with
         its position. Save the weights too (ParameterDict.save, Block.save_parameters)."""
+        write_npz(path, self.states_arrays())
+
+    def states_arrays(self):
+        """What save_states writes, as arrays by name (hb.distributed sends them to every rank)."""
         arrays, entries = {}, []
         for i, (name, p) in enumerate(zip(self._names, self._params)):
             kept = None
@@ -622,7 +626,7 @@ class Trainer:
                 "schedule": None if self._schedule is None else self._schedule.config(),
                 "schedule_steps": self._schedule_steps, "parameters": entries}
         arrays["trainer"] = np.array(json.dumps(meta))
-        write_npz(path, arrays)
+        return arrays
 
     def load_states(self, path):
         """Restore what save_states wrote, so the next steps equal those the saving Trainer
@@ -638,9 +642,13 @@ class Trainer:
         path = os.fspath(path)
         with np.load(path, allow_pickle=False) as archive:
             stored = {name: archive[name] for name in archive.files}
-        meta = _states_meta(stored, path)
+        self.load_states_arrays(stored, repr(path))
+
+    def load_states_arrays(self, stored, source):
+        """load_states from the arrays states_arrays gave; `source` names them in errors."""
+        meta = _states_meta(stored, source)
         if meta["optimizer"] != self.optimizer.name:
-            raise ValueError(f"cannot load {path!r}: it holds the states of optimizer {meta['optimizer']!r}, "
+            raise ValueError(f"cannot load {source}: it holds the states of optimizer {meta['optimizer']!r}, "
                              f"and this Trainer uses {self.optimizer.name!r}")
         problems = []
         try:
@@ -655,7 +663,7 @@ class Trainer:
             problems.append(f"its schedule or clip_global_norm: {e}")
         states = self._loaded_states(meta["parameters"], stored, problems)
         if problems:
-            raise ValueError(f"cannot load {path!r}: " + "; ".join(problems))
+            raise ValueError(f"cannot load {source}: " + "; ".join(problems))
         for key, value in options.items():
             setattr(self.optimizer, key, value)
         self.clip_global_norm = clip
@@ -709,18 +717,18 @@ class Trainer:
                 f"clip_global_norm={self.clip_global_norm}, schedule={self._schedule!r})")
 
 
-def _states_meta(stored, path):
+def _states_meta(stored, source):
     """The description save_states wrote into the archive, or a ValueError saying why the
     file is not one it wrote."""
     if "trainer" not in stored:
-        raise ValueError(f"cannot load {path!r}: it is not a file Trainer.save_states wrote (no 'trainer' entry; "
+        raise ValueError(f"cannot load {source}: it is not a file Trainer.save_states wrote (no 'trainer' entry; "
                          f"weights are loaded with ParameterDict.load or Block.load_parameters)")
     try:
         meta = json.loads(str(stored["trainer"][()]))
     except (ValueError, TypeError) as e:
-        raise ValueError(f"cannot load {path!r}: its 'trainer' entry is not readable: {e}") from None
+        raise ValueError(f"cannot load {source}: its 'trainer' entry is not readable: {e}") from None
     if not isinstance(meta, dict) or meta.get("format") != STATES_FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise ValueError(f"cannot load {path!r}: it has states format {found!r}; this version reads "
+        raise ValueError(f"cannot load {source}: it has states format {found!r}; this version reads "
                          f"{STATES_FORMAT}")
     return meta
