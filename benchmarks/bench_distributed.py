@@ -8,12 +8,15 @@ keeps scaling.
 
 Each run RxB starts `mpirun -n R` of this file, each rank training B instances per step (SGD,
 block granularity, one thread per rank) on its shard of the training set (hb.distributed.shard),
-after --warmup steps. Throughput is R x B x steps over rank 0's wall time of the steps.
+after --warmup steps. Throughput is R x B x steps over rank 0's wall time of the steps. With
+--rounds N every run repeats N times, the order flipping each round, and a ratio to 1x64 is the
+median of the rounds' ratios.
 """
 import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -93,7 +96,8 @@ def launch(workload, ranks, per_rank, args):
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode:
         sys.exit(f"{' '.join(command)} failed:\n{done.stdout}{done.stderr}")
-    return json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
+    line = [line for line in done.stdout.splitlines() if '{"' in line][-1]    # MPI may print on the same line
+    return json.loads(line[line.index('{"'):])
 
 
 def scaling(one, two):
@@ -123,6 +127,7 @@ def main():
     ap.add_argument("--runs", nargs="+", default=["1x64", "2x64", "2x32"], help="RANKSxPER_RANK")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of every run, the order flipping each round")
     ap.add_argument("--json")
     ap.add_argument("--rank-of", choices=sorted(OPTIONS), help=argparse.SUPPRESS)   # a rank of one run
     ap.add_argument("--per-rank", type=int, default=64, help=argparse.SUPPRESS)
@@ -132,20 +137,26 @@ def main():
         return train(args)
     results = []
     for workload in args.workloads:
-        runs = {}
-        for spec in args.runs:
-            ranks, per_rank = (int(v) for v in spec.split("x"))
-            runs[spec] = launch(workload, ranks, per_rank, args)
-            r = runs[spec]
-            print(f"{workload} {ranks} x {per_rank}: {r['instances_per_s']:.1f} instances/s; per step "
-                  f"forward+backward {1e3 * r['forward_backward_s']:.1f} ms, exchange {1e3 * r['exchange_s']:.1f} ms, "
-                  f"update {1e3 * r['update_s']:.1f} ms; dense {r['dense_bytes'] / 1e6:.2f} MB, "
-                  f"sparse rows {r['sparse_bytes'] / 1e6:.2f} MB", flush=True)
-        base = runs.get("1x64")
-        for spec, r in runs.items():
-            if base and spec != "1x64":
-                print(f"{workload} {spec} / 1x64: {r['instances_per_s'] / base['instances_per_s']:.2f}x")
-        result = {"workload": workload, "runs": runs}
+        rounds = []                 # per round, spec -> rank 0's figures
+        for k in range(args.rounds):
+            runs = {}
+            for spec in (args.runs if k % 2 == 0 else args.runs[::-1]):
+                ranks, per_rank = (int(v) for v in spec.split("x"))
+                runs[spec] = r = launch(workload, ranks, per_rank, args)
+                print(f"{workload} {ranks} x {per_rank}: {r['instances_per_s']:.1f} instances/s; per step "
+                      f"forward+backward {1e3 * r['forward_backward_s']:.1f} ms, exchange "
+                      f"{1e3 * r['exchange_s']:.1f} ms, update {1e3 * r['update_s']:.1f} ms; dense "
+                      f"{r['dense_bytes'] / 1e6:.2f} MB, sparse rows {r['sparse_bytes'] / 1e6:.2f} MB", flush=True)
+            rounds.append(runs)
+        runs = rounds[-1]
+        ratios = {}
+        if "1x64" in runs:
+            for spec in runs:
+                if spec != "1x64":
+                    ratios[spec] = statistics.median(r[spec]["instances_per_s"] / r["1x64"]["instances_per_s"]
+                                                     for r in rounds)
+                    print(f"{workload} {spec} / 1x64: {ratios[spec]:.2f}x (median of {len(rounds)} rounds)")
+        result = {"workload": workload, "rounds": rounds, "ratios_over_1x64": ratios}
         if "1x64" in runs and "2x64" in runs:
             result["efficiency"] = scaling(runs["1x64"], runs["2x64"])
             for network, by_ranks in result["efficiency"].items():
