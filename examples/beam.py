@@ -13,26 +13,17 @@ whether their losses and translations agree.
     python examples/beam.py                         # 1,000 synthetic pairs, beam 4
     python examples/beam.py --epochs 0 --compare    # decoding only, untrained model
 """
-import argparse
 
-from common import add_batching_args, add_compare_arg, train_reading_workload  # noqa: E402
+from common import example_parser, train_reading_workload  # noqa: E402
 
 from hybridbatch_workloads.bench.workload_reading import Beam  # noqa: E402
-from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int_at_least(0), default=1)
-    ap.add_argument("--batch", type=int_at_least(1), default=64)
-    add_batching_args(ap)
-    add_compare_arg(ap)
-    ap.add_argument("--hidden", type=int_at_least(1), default=256, help="embedding and LSTM size")
-    ap.add_argument("--limit", type=int_at_least(1), default=1000, help="training pairs")
-    ap.add_argument("--dev", type=int_at_least(1), default=100, help="held-out pairs to translate")
+    ap = example_parser(__doc__.splitlines()[0], epochs=1, batch=64, hidden=256, limit=1000, dev=100, lr=0.5,
+                        what="pairs", hidden_help="embedding and LSTM size")
     ap.add_argument("--max-length", type=int_at_least(1), default=50, help="longest translation")
-    ap.add_argument("--lr", type=positive_float, default=0.5)
-    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
     print(f"W5 encoder-decoder with beam {Beam.beam}: {args.limit} training / {args.dev} held-out synthetic pairs, "
           f"hidden {args.hidden}", flush=True)

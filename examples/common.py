@@ -184,20 +184,21 @@ def report_agreement(outcome):
               f"{differ} of {len(eager_out)} held-out predictions")
 
 
-def classifier_parser(description, *, epochs, batch, hidden, dropout, limit, dev, what):
-    """The command line `train_classifier` reads (its model's own flags are added by the
-    caller): --epochs, --batch, the batching flags, --compare, --hidden, --dropout, --limit
-    and --dev (counts of `what`, training and held out), --lr (Adam's) and --seed."""
+def example_parser(description, *, epochs, batch, hidden, limit, dev, lr, what, hidden_help=None,
+                   lr_help=None, all_with_zero=False):
+    """The command line every per-instance example shares (its own flags are added by the
+    caller): --epochs, --batch, the batching flags, --compare, --hidden, --limit and --dev
+    (counts of `what`, training and held out; with all_with_zero, 0 means all), --lr, --seed."""
     ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--epochs", type=int_at_least(0), default=epochs)
     ap.add_argument("--batch", type=int_at_least(1), default=batch)
     add_batching_args(ap)
     add_compare_arg(ap)
-    ap.add_argument("--hidden", type=int_at_least(1), default=hidden)
-    ap.add_argument("--dropout", type=float, default=dropout)
-    ap.add_argument("--limit", type=int_at_least(1), default=limit, help=f"training {what}")
-    ap.add_argument("--dev", type=int_at_least(1), default=dev, help=f"held-out {what}")
-    ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam's learning rate")
+    ap.add_argument("--hidden", type=int_at_least(1), default=hidden, help=hidden_help)
+    count, all_ = (int_at_least(0), " (0: all)") if all_with_zero else (int_at_least(1), "")
+    ap.add_argument("--limit", type=count, default=limit, help=f"training {what}{all_}")
+    ap.add_argument("--dev", type=count, default=dev, help=f"held-out {what}{all_}")
+    ap.add_argument("--lr", type=positive_float, default=lr, help=lr_help)
     ap.add_argument("--seed", type=int_at_least(0), default=0)
     return ap
 

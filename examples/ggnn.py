@@ -16,7 +16,7 @@ dropout masks) and says whether they agree.
 """
 from typing import NamedTuple
 
-from common import classifier_parser, train_classifier  # noqa: E402
+from common import example_parser, train_classifier  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -94,8 +94,9 @@ class GGNN(hb.Block):
 
 
 def main():
-    ap = classifier_parser(__doc__.splitlines()[0], epochs=3, batch=32, hidden=64, dropout=0.2, limit=1024,
-                           dev=256, what="graphs")
+    ap = example_parser(__doc__.splitlines()[0], epochs=3, batch=32, hidden=64, limit=1024, dev=256, lr=1e-3,
+                        what="graphs", lr_help="Adam's learning rate")
+    ap.add_argument("--dropout", type=float, default=0.2)
     ap.add_argument("--steps", type=int_at_least(1), default=3, help="propagation steps")
     args = ap.parse_args()
     train = random_graphs(args.limit, seed=args.seed)

@@ -12,27 +12,17 @@ hybridbatch_workloads/bench/workload_module_net.py).
     python examples/module_net.py                       # synthetic programs, minibatches of 64
     python examples/module_net.py --data ../shared/data/clevr_programs --compare
 """
-import argparse
 
-from common import add_batching_args, add_compare_arg, load_or_exit, train_reading_workload  # noqa: E402
+from common import example_parser, load_or_exit, train_reading_workload  # noqa: E402
 
 from hybridbatch_workloads.bench.workload_module_net import W7ModuleNet  # noqa: E402
-from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = example_parser(__doc__.splitlines()[0], epochs=2, batch=64, hidden=256, limit=2000, dev=300, lr=0.05,
+                        what="synthetic programs",
+                        hidden_help="size knob: 256 gives 32 feature-map channels, and channels scale with it")
     ap.add_argument("--data", metavar="DIR", default=None, help="the clevr_programs folder or its parent")
-    ap.add_argument("--epochs", type=int_at_least(0), default=2)
-    ap.add_argument("--batch", type=int_at_least(1), default=64)
-    add_batching_args(ap)
-    add_compare_arg(ap)
-    ap.add_argument("--hidden", type=int_at_least(1), default=256,
-                    help="size knob: 256 gives 32 feature-map channels, and channels scale with it")
-    ap.add_argument("--limit", type=int_at_least(1), default=2000, help="synthetic training programs")
-    ap.add_argument("--dev", type=int_at_least(1), default=300, help="synthetic held-out programs")
-    ap.add_argument("--lr", type=positive_float, default=0.05)
-    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
 
     def make():

@@ -10,27 +10,18 @@ trains both from the same seed and says whether they agree.
     python examples/moe.py                          # 64 experts, top 2, minibatches of 256
     python examples/moe.py --experts 16 --compare
 """
-import argparse
 
-from common import add_batching_args, add_compare_arg, train_reading_workload  # noqa: E402
+from common import example_parser, train_reading_workload  # noqa: E402
 
 from hybridbatch_workloads.bench.workload_reading import W8Gate  # noqa: E402
-from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--epochs", type=int_at_least(0), default=2)
-    ap.add_argument("--batch", type=int_at_least(1), default=256)
-    add_batching_args(ap)
-    add_compare_arg(ap)
-    ap.add_argument("--hidden", type=int_at_least(1), default=256, help="input and expert size")
+    ap = example_parser(__doc__.splitlines()[0], epochs=2, batch=256, hidden=256, limit=4096, dev=512, lr=0.1,
+                        what="examples", hidden_help="input and expert size")
     ap.add_argument("--experts", type=int_at_least(1), default=64)
     ap.add_argument("--k", type=int_at_least(1), default=2, help="experts per example")
-    ap.add_argument("--limit", type=int_at_least(1), default=4096, help="training examples")
-    ap.add_argument("--dev", type=int_at_least(1), default=512, help="held-out examples")
-    ap.add_argument("--lr", type=positive_float, default=0.1)
-    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
     if args.k > args.experts:
         ap.error("--k must not exceed --experts")

@@ -15,28 +15,19 @@ same seed and says whether their losses and held-out parses agree.
 Training uses the projective sentences only (the static oracle reaches no other tree); the
 count of skipped ones is printed. LAS counts every word, punctuation included.
 """
-import argparse
 
-from common import add_batching_args, add_compare_arg, load_or_exit, train_reading_workload  # noqa: E402
+from common import example_parser, load_or_exit, train_reading_workload  # noqa: E402
 
 from hybridbatch_workloads.bench.workload_reading import W9Parser  # noqa: E402
-from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = example_parser(__doc__.splitlines()[0], epochs=1, batch=64, hidden=256, limit=1000, dev=300, lr=1e-3,
+                        what="sentences", all_with_zero=True,
+                        hidden_help="256 gives docs/workloads.md sizes (word 100, POS 25, BiLSTM 200, MLP 100); "
+                                    "others scale them",
+                        lr_help="Adam's learning rate, as BIST (SGD on the hinge loss diverges)")
     ap.add_argument("--data", help="folder with en_ewt-ud-{train,dev}.conllu, or its parent (default: synthetic)")
-    ap.add_argument("--epochs", type=int_at_least(0), default=1)
-    ap.add_argument("--batch", type=int_at_least(1), default=64)
-    add_batching_args(ap)
-    add_compare_arg(ap)
-    ap.add_argument("--hidden", type=int_at_least(1), default=256,
-                    help="256 gives docs/workloads.md sizes (word 100, POS 25, BiLSTM 200, MLP 100); others scale them")
-    ap.add_argument("--limit", type=int_at_least(0), default=1000, help="training sentences (0: all)")
-    ap.add_argument("--dev", type=int_at_least(0), default=300, help="held-out sentences (0: all)")
-    ap.add_argument("--lr", type=positive_float, default=1e-3,
-                    help="Adam's learning rate, as BIST (SGD on the hinge loss diverges)")
-    ap.add_argument("--seed", type=int_at_least(0), default=0)
     args = ap.parse_args()
 
     def make_workload():
