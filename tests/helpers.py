@@ -31,6 +31,19 @@ class _Fn(hb.HybridBlock):
         return self.fn(*args)
 
 
+def lstm_chain_losses(cell, lengths):
+    """hb.sum of the last h of an LSTM chain per length (input t at step t), for tests that
+    need a few batches of a block of several sizes."""
+    size = cell.hidden
+    losses = []
+    for n in lengths:
+        h = c = np.zeros(size, np.float32)
+        for t in range(n):
+            h, c = cell(np.full(size, t, np.float32), h, c)
+        losses.append(hb.sum(h))
+    return losses
+
+
 def central_differences(loss, p, eps=1e-6):
     """d loss() / d p.data by central differences, one element at a time (p.data restored)."""
     numeric = np.zeros(p.shape)

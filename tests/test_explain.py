@@ -5,6 +5,7 @@ import numpy as np
 
 import hybridbatch as hb
 from hybridbatch import nn
+from helpers import lstm_chain_losses
 
 
 def _reasons(scope):
@@ -15,13 +16,7 @@ def test_counts_add_up_to_the_scope_stats_and_the_dict_is_json():
     cell = nn.LSTMCell(4, 4, seed=0)
     cell.hybridize()
     with hb.batching() as scope:
-        losses = []
-        for n in (2, 3, 5):
-            h = c = np.zeros(4, np.float32)
-            for t in range(n):
-                h, c = cell(np.full(4, t, np.float32), h, c)
-            losses.append(hb.sum(h))
-        hb.add_n(losses)
+        hb.add_n(lstm_chain_losses(cell, (2, 3, 5)))
     report = scope.explain()
     assert sum(s.batches for s in report.signatures) == scope.stats.batches == report.batches
     assert sum(s.nodes for s in report.signatures) == scope.stats.nodes
@@ -122,10 +117,7 @@ def test_seconds_per_signature_where_a_profile_timed_the_batches():
 
     def run():
         with hb.batching() as scope:
-            h = c = np.zeros(4, np.float32)
-            for t in range(3):
-                h, c = cell(np.full(4, t, np.float32), h, c)
-            loss = hb.sum(h)
+            (loss,) = lstm_chain_losses(cell, (3,))
         loss.backward()
         return scope.explain()
 

@@ -2,24 +2,18 @@
 import re
 import shutil
 
-import numpy as np
 import pytest
 
 import hybridbatch as hb
 from hybridbatch import nn
+from helpers import lstm_chain_losses
 
 
 def _scope():
     cell = nn.LSTMCell(3, 3, seed=0)
     cell.hybridize()
     with hb.batching() as scope:
-        losses = []
-        for n in (1, 2):
-            h = c = np.zeros(3, np.float32)
-            for t in range(n):
-                h, c = cell(np.full(3, t, np.float32), h, c)
-            losses.append(hb.sum(h))
-        hb.add_n(losses)
+        hb.add_n(lstm_chain_losses(cell, (1, 2)))
     return scope
 
 

@@ -6,19 +6,14 @@ import pytest
 
 import hybridbatch as hb
 from hybridbatch import nn
+from helpers import lstm_chain_losses
 
 
 def _train(cell, trainer, steps=2):
     scopes = []
     for _ in range(steps):
         with hb.batching() as scope:
-            losses = []
-            for n in (2, 3, 5):
-                h = c = np.zeros(4, np.float32)
-                for t in range(n):
-                    h, c = cell(np.full(4, t, np.float32), h, c)
-                losses.append(hb.sum(h))
-            loss = hb.add_n(losses)
+            loss = hb.add_n(lstm_chain_losses(cell, (2, 3, 5)))
         loss.backward()
         trainer.step(3)
         scopes.append(scope)
