@@ -6,6 +6,7 @@ constant input is a small grey ellipse. Edges run from operands to the nodes tha
 them. A path ending in .svg is rendered with graphviz (the `graph` extra and Graphviz's
 `dot` program) where both are installed; otherwise the DOT text is written, beside it.
 """
+import bisect
 import os
 import warnings
 
@@ -22,6 +23,7 @@ def dot_text(scope):
     lines = ["digraph hybridbatch {", "  rankdir=BT;",
              '  node [shape=box, style=filled, fontname="Helvetica", fontsize=10];']
     edges = []
+    starts = [plan.start for plan in scope.plans]
     first = 0                   # the scope-wide number of each plan's first batch
     for plan in scope.plans:
         n = plan.stop - plan.start
@@ -42,20 +44,19 @@ def dot_text(scope):
             for e in range(plan.arg_ptr[v], plan.arg_ptr[v + 1]):
                 u = int(plan.args[e])
                 if u >= 0:
-                    edges.append(f"  n{_drawn(scope, u)} -> n{nid};")
+                    edges.append(f"  n{_drawn(scope, starts, u)} -> n{nid};")
         first += len(plan.sizes)
     return "\n".join(lines + edges + ["}"]) + "\n"
 
 
-def _drawn(scope, nid):
-    """The node drawn for node nid: its producer when it is an extra output."""
-    for plan in scope.plans:
-        if plan.start <= nid < plan.stop:
-            v = nid - plan.start
-            while plan.extra_output[v]:
-                v -= 1
-            return plan.start + v
-    return nid
+def _drawn(scope, starts, nid):
+    """The node drawn for node nid: its producer when it is an extra output (`starts`:
+    the plans' first nodes, in order)."""
+    plan = scope.plans[bisect.bisect_right(starts, nid) - 1]
+    v = nid - plan.start
+    while plan.extra_output[v]:
+        v -= 1
+    return plan.start + v
 
 
 def write(scope, path):
