@@ -332,27 +332,15 @@ class batching:
 
     def _owned_constant(self, value):
         """Record an input node holding `value`, a numpy array of a kernel dtype on the numpy
-        backend that nothing else will write (a fresh copy): the hot path of `constant`,
-        with its Input signature looked up by the array's type and the node appended inline."""
-        g = self.graph
+        backend that nothing else will write (a fresh copy): the hot path of `constant`, its
+        Input signature looked up by the array's type."""
         key = (value.shape, value.dtype)
         sig = _input_sigs.get(key)
         if sig is None:
             sig = _input_sigs[key] = signature.intern(Input, (signature.type_id(*key),), ())
-        if g.origin is not None:        # check_numerics: _add keeps each node's line
-            nid = self._add(sig, (), -1)
-            g.constants[nid] = value
-            return Future(self, nid)
-        nid = len(g.type)
-        g.sig.append(sig.id)
-        g.type.append(sig.out_type)
-        g.aux.append(-1)
-        g.arg_end.append(len(g.args))
-        g.constants[nid] = value
-        f = _new(Future)
-        f.scope = self
-        f.id = nid
-        return f
+        nid = self._add(sig, (), -1)
+        self.graph.constants[nid] = value
+        return Future(self, nid)
 
     def value(self, nid):
         """A copy of node nid's value, flushing first if it is still pending (await_flush)."""
