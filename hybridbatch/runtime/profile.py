@@ -116,16 +116,19 @@ class Profile:
     def as_dict(self, n=10):
         return {"phases": self.phases(), "top": self.top(n), "events": len(self.events), "dropped": self.dropped}
 
-    def chrome_trace(self, path):
-        """Write the spans and batches as Chrome trace JSON (Perfetto, chrome://tracing)."""
+    def trace(self):
+        """The spans and batches as a Chrome trace (the dict `chrome_trace` writes)."""
         pid = os.getpid()
         origin = self._origin or 0.0
         events = [{"name": name, "cat": category, "ph": "X", "ts": (start - origin) * 1e6, "dur": seconds * 1e6,
                    "pid": pid, "tid": tid, "args": args}
                   for name, category, start, seconds, tid, args in self.events]
+        return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"dropped_events": self.dropped}}
+
+    def chrome_trace(self, path):
+        """Write the trace as JSON that Perfetto and chrome://tracing open; returns path."""
         with open(path, "w") as f:
-            json.dump({"traceEvents": events, "displayTimeUnit": "ms",
-                       "otherData": {"dropped_events": self.dropped}}, f)
+            json.dump(self.trace(), f)
         return path
 
     def __str__(self):

@@ -14,8 +14,6 @@ import base64
 import html
 import io
 import json
-import os
-import tempfile
 
 import hybridbatch as hb
 from hybridbatch.config import settings
@@ -90,10 +88,7 @@ def _profile_steps(wl, instances, cfg):
     trainer = Trainer(wl.parameters(), "sgd", {"learning_rate": cfg.lr})
     with hb.profile() as prof:
         train_batched(wl, trainer, instances, cfg, _NoBar())
-    with tempfile.TemporaryDirectory() as tmp:
-        path = prof.chrome_trace(os.path.join(tmp, "trace.json"))
-        with open(path) as f:
-            return prof, json.load(f)
+    return prof, prof.trace()
 
 
 def collect(cfg, result):
