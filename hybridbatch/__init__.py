@@ -21,6 +21,7 @@ from .train.parameter import Parameter
 from .train.parameter_dict import ParameterDict
 from .train.optim import Trainer
 from .train import distributed
+from . import serve
 from .record.scope import batching, Stats
 from .record.mapping import map
 from .config import settings, set_fusion, set_distinct_rows, set_plan_cache_size, set_blas, blas_library
@@ -35,5 +36,5 @@ __all__ = [
     "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching",
     "Stats", "map", "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows", "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
-    "dropout", "seed", "profile", "Profile", "distributed",
+    "dropout", "seed", "profile", "Profile", "distributed", "serve",
 ]

@@ -55,10 +55,20 @@ def map(fn, instances):
             return results
         finally:
             random.use(outer)
+    results, errors = each(fn, instances, streams)
+    if errors:
+        raise _first_error(errors, results, instances)
+    return results
+
+
+def each(fn, instances, streams=None):
+    """hb.map's work inside the open scope, its instances' exceptions returned, not raised:
+    (results, {index: exception}), None the result of each instance that raised."""
     if greenlet is None:
         raise ImportError("hb.map inside a batching scope runs each instance as a greenlet, and greenlet is not "
                           "installed: pip install hybridbatch[map]")
-    return _run(scope, fn, instances, streams)
+    instances = list(instances)
+    return _run(_local.scope, fn, instances, streams or random.split(len(instances)))
 
 
 class _Instance(greenlet if greenlet is not None else object):
@@ -79,7 +89,7 @@ def _suspend():
 def _run(scope, fn, instances, streams):
     """The driver: run every ready instance until it finishes or suspends, flush once for
     all the suspended ones, resume them; until none is left. Each instance runs on its own
-    random stream, the driver on the one it had."""
+    random stream, the driver on the one it had. Returns (results, {index: exception})."""
     enclosing, scope.suspend = scope.suspend, _suspend
     outer = random.stream()
     driver = getcurrent()
@@ -121,9 +131,7 @@ def _run(scope, fn, instances, streams):
         raise
     finally:
         scope.suspend = enclosing
-    if errors:
-        raise _first_error(errors, results, instances)
-    return results
+    return results, errors
 
 
 def _first_error(errors, results, instances):
