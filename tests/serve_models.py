@@ -42,3 +42,10 @@ class Scorer:
     def respond(self, y):
         return {"y": y.tolist()}
 
+
+
+class BadReply(Scorer):
+    """Scorer whose reply cannot be written as JSON."""
+
+    def respond(self, y):
+        return {"y": {1, 2}}

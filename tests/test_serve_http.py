@@ -182,3 +182,9 @@ def test_the_treelstm_example_served_from_its_saved_parameters(tmp_path):
         np.testing.assert_allclose(reply["scores"], scores, rtol=1e-5, atol=1e-6)
     status, reply = answers[-1]
     assert status == 400 and "tree:1:9: expected ' ' and the second child" in reply["error"]
+
+
+def test_a_reply_that_is_not_json_gets_500():
+    with served(model=SCORER.replace(":Scorer", ":BadReply")) as server:
+        status, reply = server.infer({"x": [0.1, 0.2, 0.3, 0.4]})
+    assert status == 500 and reply["error"] == "the reply failed: TypeError: a set is not JSON serializable"

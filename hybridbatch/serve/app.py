@@ -12,7 +12,7 @@ A served model is a class called with the `--params` path (or with nothing):
 
 Routes: `POST /infer` (JSON body: one request), `GET /healthz`. A body over
 `max_request_bytes` gets a 413, a full queue a 503 with Retry-After, a failure inside
-`infer` a 500 for that request only. Shutdown drains: the requests already taken are
+`infer` (or any but a ValueError in `parse`, or in `respond`) a 500 for that request only. Shutdown drains: the requests already taken are
 answered before the Batcher closes.
 """
 import asyncio
@@ -104,6 +104,8 @@ def make_app(model, batcher, max_request_bytes=1 << 20):
             instance = parse(payload)
         except ValueError as e:
             return _error(400, str(e))
+        except Exception as e:          # a fault of the model's parse, not of the request
+            return _error(500, f"parse failed: {type(e).__name__}: {e}")
         try:
             future = batcher.submit(instance)
         except QueueFullError as e:
@@ -116,8 +118,8 @@ def make_app(model, batcher, max_request_bytes=1 << 20):
             return _error(500, f"inference failed: {type(e).__name__}: {e}")
         try:
             return _json(respond(output))
-        except (TypeError, ValueError) as e:
-            return _error(500, f"the reply is not JSON: {e}")
+        except Exception as e:
+            return _error(500, f"the reply failed: {type(e).__name__}: {e}")
 
     async def healthz(request):
         s = batcher.stats
