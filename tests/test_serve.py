@@ -63,30 +63,22 @@ def test_requests_from_many_threads():
     assert server.stats.requests == 64 and server.stats.batches < 64
 
 
-def test_a_failing_request_fails_alone():
+@pytest.mark.parametrize("first, error, match", [
+    (UNLUCKY, RuntimeError, "unlucky request"),      # raised at the request's own line
+    (BAD_AT_FLUSH, ArithmeticError, "seven"),        # raised by its py_func in the shared flush
+])
+def test_a_failing_request_fails_alone(first, error, match):
+    """Only the failing request fails; when the shared flush fails, the batch's requests
+    run again one scope each to find it."""
     model, xs = Scorer(), _inputs(6, seed=2)
-    xs[2][0] = UNLUCKY
+    xs[2][0] = first
     with Batcher(model.infer, max_delay_ms=200) as server:
         replies = [server.submit(x) for x in xs]
-        with pytest.raises(RuntimeError, match="unlucky request"):
+        with pytest.raises(error, match=match):
             replies[2].result(10)
         for i in (0, 1, 3, 4, 5):
             np.testing.assert_allclose(replies[i].result(10), _eager(model, xs[i]), rtol=1e-5, atol=1e-6)
-    assert (server.stats.failed, server.stats.batches) == (1, 1)
-
-
-def test_a_flush_failure_is_laid_at_the_request_that_caused_it():
-    """The flush of the shared scope fails; each request then runs alone, and only the one
-    whose py_func raises fails."""
-    model, xs = Scorer(), _inputs(5, seed=3)
-    xs[3][0] = BAD_AT_FLUSH
-    with Batcher(model.infer, max_delay_ms=200) as server:
-        replies = [server.submit(x) for x in xs]
-        with pytest.raises(ArithmeticError, match="seven"):
-            replies[3].result(10)
-        for i in (0, 1, 2, 4):
-            np.testing.assert_allclose(replies[i].result(10), _eager(model, xs[i]), rtol=1e-5, atol=1e-6)
-    assert server.stats.failed == 1
+    assert (server.stats.failed, server.stats.requests) == (1, 6)
 
 
 def test_outputs_are_read_into_arrays_at_any_depth():
