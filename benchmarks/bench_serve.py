@@ -265,12 +265,12 @@ def plot(results, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for label, runs in results["open"].items():
+    for (label, runs), color in zip(results["open"].items(), ("tab:blue", "tab:orange")):
         label = "one at a time (eager)" if label == "eager" else label
         offered = [r["offered"] for r in runs]
-        left.plot(offered, [r["throughput"] for r in runs], "o-", label=label)
-        right.plot(offered, [r["p50_ms"] for r in runs], "o-", label=f"{label} p50")
-        right.plot(offered, [r["p99_ms"] for r in runs], "s--", label=f"{label} p99")
+        left.plot(offered, [r["throughput"] for r in runs], "o-", color=color, label=label)
+        right.plot(offered, [r["p50_ms"] for r in runs], "o-", color=color, label=f"{label} p50")
+        right.plot(offered, [r["p99_ms"] for r in runs], "s--", color=color, label=f"{label} p99")
     left.plot(offered, offered, ":", color="grey", label="offered")
     left.set(xlabel="offered load (requests/s)", ylabel="replies/s", title="W1 over HTTP: throughput")
     right.set(xlabel="offered load (requests/s)", ylabel="latency (ms)", yscale="log", title="latency")
