@@ -139,7 +139,8 @@ class Batcher:
         for r in dropped:
             if r.future.set_running_or_notify_cancel():
                 r.future.set_exception(BatcherClosedError("the Batcher closed before this request ran"))
-        self._worker.join(timeout)
+        if threading.current_thread() is not self._worker:     # model_fn may close its own Batcher
+            self._worker.join(timeout)
 
     @property
     def closed(self):
