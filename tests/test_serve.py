@@ -139,6 +139,24 @@ def test_infer_awaits_in_asyncio():
         np.testing.assert_allclose(out, _eager(model, x), rtol=1e-5, atol=1e-6)
 
 
+def test_an_awaited_request_cancelled_while_queued_never_runs():
+    gate = _Gate()
+
+    async def main(server):
+        first = asyncio.create_task(server.infer([1.0]))
+        await asyncio.to_thread(gate.entered.wait, 10)     # the worker holds the first request
+        dropped, kept = asyncio.create_task(server.infer([2.0])), asyncio.create_task(server.infer([3.0]))
+        await asyncio.sleep(0)                              # both queued
+        dropped.cancel()
+        gate.release.set()
+        return await first, await kept, await asyncio.gather(dropped, return_exceptions=True)
+
+    with Batcher(gate, max_batch_size=1) as server:
+        first, kept, (dropped,) = asyncio.run(main(server))
+    np.testing.assert_allclose(kept, np.tanh([3.0]), rtol=1e-6)
+    assert isinstance(dropped, asyncio.CancelledError) and server.stats.requests == 2
+
+
 def test_eager_runs_each_request_outside_any_scope():
     seen = []
 

@@ -107,13 +107,11 @@ def make_app(model, batcher, max_request_bytes=1 << 20):
         except Exception as e:          # a fault of the model's parse, not of the request
             return _error(500, f"parse failed: {type(e).__name__}: {e}")
         try:
-            future = batcher.submit(instance)
+            output = await batcher.infer(instance)
         except QueueFullError as e:
             return _error(503, str(e), headers={"Retry-After": "1"})
         except BatcherClosedError as e:
             return _error(503, str(e))
-        try:
-            output = await asyncio.wrap_future(future)
         except Exception as e:
             return _error(500, f"inference failed: {type(e).__name__}: {e}")
         try:

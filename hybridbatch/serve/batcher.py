@@ -53,10 +53,44 @@ class BatcherStats:
 
 
 class _Request:
-    __slots__ = ("instance", "future", "arrived")
+    """One queued request: a concurrent.futures.Future (`submit`), or an asyncio future of
+    event loop `loop` (`infer`)."""
+    __slots__ = ("instance", "future", "arrived", "loop")
 
-    def __init__(self, instance, future, arrived):
-        self.instance, self.future, self.arrived = instance, future, arrived
+    def __init__(self, instance, future, loop=None):
+        self.instance, self.future, self.arrived, self.loop = instance, future, time.perf_counter(), loop
+
+    def claim(self):
+        """Whether the request is still wanted (not cancelled); marks a concurrent future running."""
+        return self.future.set_running_or_notify_cancel() if self.loop is None else not self.future.cancelled()
+
+
+def _settle(outcomes):
+    """Resolve each (request, result, exception): concurrent futures here, asyncio futures
+    by one callback per event loop, so a batch wakes each loop once and not per request."""
+    by_loop = {}
+    for r, result, error in outcomes:
+        if r.loop is not None:
+            by_loop.setdefault(r.loop, []).append((r.future, result, error))
+        elif error is None:
+            r.future.set_result(result)
+        else:
+            r.future.set_exception(error)
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_in_loop, items)
+        except RuntimeError:        # the loop has closed: nobody awaits these any more
+            pass
+
+
+def _settle_in_loop(items):
+    for future, result, error in items:
+        if future.done():           # cancelled meanwhile
+            continue
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
 
 
 class Batcher:
@@ -113,19 +147,26 @@ class Batcher:
     def submit(self, instance):
         """Queue one request; its Future resolves to model_fn(instance), read to numpy."""
         future = concurrent.futures.Future()
+        self._enqueue(_Request(instance, future))
+        return future
+
+    async def infer(self, instance):
+        """`submit` for asyncio code: awaits the request's result without blocking the loop
+        (QueueFullError and BatcherClosedError are raised at once)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._enqueue(_Request(instance, future, loop))
+        return await future
+
+    def _enqueue(self, request):
         with self._wake:
             if self._closed:
                 raise BatcherClosedError("this Batcher is closed and takes no more requests")
             if len(self._queue) >= self.max_queue:
                 raise QueueFullError(f"{len(self._queue)} requests are waiting (max_queue={self.max_queue}); "
                                      "retry later")
-            self._queue.append(_Request(instance, future, time.perf_counter()))
+            self._queue.append(request)
             self._wake.notify()
-        return future
-
-    async def infer(self, instance):
-        """`submit` for asyncio code: awaits the request's result without blocking the loop."""
-        return await asyncio.wrap_future(self.submit(instance))
 
     def close(self, drain=True, timeout=None):
         """Take no more requests; run the queued ones (drain) or fail them with
@@ -136,9 +177,8 @@ class Batcher:
             if not drain:
                 self._queue.clear()
             self._wake.notify()
-        for r in dropped:
-            if r.future.set_running_or_notify_cancel():
-                r.future.set_exception(BatcherClosedError("the Batcher closed before this request ran"))
+        closed = BatcherClosedError("the Batcher closed before this request ran")
+        _settle([(r, None, closed) for r in dropped if r.claim()])
         if threading.current_thread() is not self._worker:     # model_fn may close its own Batcher
             self._worker.join(timeout)
 
@@ -162,16 +202,14 @@ class Batcher:
     def _work(self):
         try:
             while (batch := self._next_batch()) is not None:
-                batch = [r for r in batch if r.future.set_running_or_notify_cancel()]
+                batch = [r for r in batch if r.claim()]
                 if batch:
                     self._run(batch)
         except BaseException as e:      # the worker's own failure: no request may wait forever
             with self._wake:
                 self._closed = True
                 left, self._queue = list(self._queue), collections.deque()
-            for r in left:
-                if r.future.set_running_or_notify_cancel():
-                    r.future.set_exception(e)
+            _settle([(r, None, e) for r in left if r.claim()])
             raise
 
     def _next_batch(self):
@@ -196,13 +234,8 @@ class Batcher:
             outcomes = self._outcomes([r.instance for r in batch])
         except Exception as e:      # the flush failed: find the failing requests by running each alone
             outcomes = [(None, e)] if len(batch) == 1 else [self._alone(r.instance) for r in batch]
-        failed = 0
-        for r, (result, error) in zip(batch, outcomes):
-            if error is None:
-                r.future.set_result(result)
-            else:
-                failed += 1
-                r.future.set_exception(error)
+        _settle([(r, result, error) for r, (result, error) in zip(batch, outcomes)])
+        failed = sum(error is not None for _, error in outcomes)
         with self._wake:
             c = self._counts
             c["requests"] += len(batch)
