@@ -21,8 +21,8 @@ within one tree).
 - Open loop (`--rates`): requests sent at Poisson arrival times at each rate for
   `--seconds`, at most `--in-flight` outstanding (beyond, an arrival is counted as dropped):
   achieved throughput and latency against offered load, plotted with --plot.
-- RSS (`--rss-requests`): the batched server's resident memory after a warm-up of 2,000
-  requests and after that many more, by closed-loop clients.
+- RSS (`--rss-requests`): the batched server's resident memory after the warm-up
+  (`--warm-up`, 2,000 requests) and after that many more, by closed-loop clients.
 
 Every reply is checked against eager inference of its tree alone (`Model.infer` outside a
 scope, in this process): the same class, scores within float32 summation order.
@@ -48,25 +48,25 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 import numpy as np  # noqa: E402
 
 MODEL = "examples/treelstm_sst.py:Model"
-WARM_UP = 2000
 
 
 def pinned(cmd, core):
     return (["taskset", "-c", str(core)] + cmd) if core is not None and shutil.which("taskset") else cmd
 
 
-def train_model(path, data):
+def train_model(path, data, hidden, trees):
     cmd = [sys.executable, os.path.join(ROOT, "examples", "treelstm_sst.py"), "--model", "natural",
-           "--epochs", "1", "--limit", "640", "--dev-limit", "50", "--save", path]
+           "--epochs", "1", "--limit", str(trees), "--dev-limit", "50", "--hidden", str(hidden), "--save", path]
     if data:
         cmd += ["--data", os.path.join(data, "sst")]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
 def request_trees(data, count, seed=0):
-    """The trees requests carry: SST's dev trees or synthetic ones, shuffled."""
+    """The trees requests carry: SST's dev trees or synthetic ones (another seed than the
+    example's training trees), shuffled."""
     from hybridbatch_workloads.data.trees import read_ptb_trees, synthetic_sst
-    trees = read_ptb_trees(os.path.join(data, "sst", "dev.txt")) if data else synthetic_sst(count, seed=seed + 7919)
+    trees = read_ptb_trees(os.path.join(data, "sst", "dev.txt")) if data else synthetic_sst(count, seed=seed + 104729)
     random.Random(seed).shuffle(trees)
     return trees[:count]
 
@@ -224,7 +224,7 @@ def measure(args, params, bodies, expected):
         for label, flags in configs if round_ % 2 == 0 else configs[::-1]:
             server = Server(params, args.server_core, label, flags)
             try:
-                asyncio.run(closed_loop(server, bodies, Recorder(expected), args.clients, requests=WARM_UP))
+                asyncio.run(closed_loop(server, bodies, Recorder(expected), args.clients, requests=args.warm_up))
                 rec = Recorder(expected)
                 elapsed = asyncio.run(closed_loop(server, bodies, rec, 1, seconds=args.seconds / 2))
                 results["single"].setdefault(label, []).append(rec.summary(elapsed))
@@ -248,7 +248,7 @@ def memory(args, params, bodies, expected):
     label, flags = servers(args)[0]
     server = Server(params, args.server_core, label, flags)
     try:
-        asyncio.run(closed_loop(server, bodies, Recorder(expected), args.clients, requests=WARM_UP))
+        asyncio.run(closed_loop(server, bodies, Recorder(expected), args.clients, requests=args.warm_up))
         before = server.rss_bytes()
         start = time.perf_counter()
         asyncio.run(closed_loop(server, bodies, Recorder(expected), args.clients, requests=args.rss_requests))
@@ -292,6 +292,9 @@ def main():
     ap.add_argument("--max-batch-size", type=int, default=32)
     ap.add_argument("--max-delay-ms", type=float, default=5.0)
     ap.add_argument("--requests", type=int, default=1000, help="distinct request trees")
+    ap.add_argument("--warm-up", type=int, default=2000, help="requests each server answers before it is measured")
+    ap.add_argument("--hidden", type=int, default=256, help="the model's embedding and hidden size (256)")
+    ap.add_argument("--train-trees", type=int, default=640, help="trees the model trains on first (640)")
     ap.add_argument("--rss-requests", type=int, default=0, help="requests for the RSS check (0: none)")
     ap.add_argument("--server-core", default="0")
     ap.add_argument("--client-core", default="1")
@@ -303,7 +306,7 @@ def main():
         os.sched_setaffinity(0, {int(args.client_core)})
     with tempfile.TemporaryDirectory() as tmp:
         params = os.path.join(tmp, "model.npz")
-        train_model(params, args.data)
+        train_model(params, args.data, args.hidden, args.train_trees)
         from treelstm_sst import Model
         model = Model(params)
         trees = request_trees(args.data, args.requests)
@@ -313,7 +316,7 @@ def main():
             scores = model.infer(t).asnumpy()
             expected.append((int(np.argmax(scores)), scores))
         results = {"machine": _machine(), "command": " ".join(sys.argv), "clients": args.clients,
-                   "max_batch_size": args.max_batch_size, "max_delay_ms": args.max_delay_ms,
+                   "max_batch_size": args.max_batch_size, "max_delay_ms": args.max_delay_ms, "hidden": args.hidden,
                    **measure(args, params, bodies, expected)}
         if args.rss_requests:
             results["rss"] = memory(args, params, bodies, expected)

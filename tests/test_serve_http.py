@@ -188,3 +188,21 @@ def test_a_reply_that_is_not_json_gets_500():
     with served(model=SCORER.replace(":Scorer", ":BadReply")) as server:
         status, reply = server.infer({"x": [0.1, 0.2, 0.3, 0.4]})
     assert status == 500 and reply["error"] == "the reply failed: TypeError: a set is not JSON serializable"
+
+
+def test_the_load_benchmark_runs_end_to_end(tmp_path):
+    """benchmarks/bench_serve.py at toy sizes: every reply checked against eager, no errors,
+    and its summary and plot written (its figures are for benchmarks/RESULTS.md, not here)."""
+    pytest.importorskip("matplotlib", reason="the benchmark plots with matplotlib (the bench extra)")
+    out, png = tmp_path / "serve.json", tmp_path / "serve.png"
+    subprocess.run([sys.executable, "benchmarks/bench_serve.py", "--hidden", "16", "--train-trees", "40",
+                    "--requests", "30", "--warm-up", "20", "--seconds", "0.4", "--rounds", "1", "--clients", "4",
+                    "--rates", "40", "--rss-requests", "40", "--server-core", "0", "--client-core", "0",
+                    "--json", str(out), "--plot", str(png)], cwd=ROOT, check=True, capture_output=True, timeout=600)
+    results = json.loads(out.read_text())
+    for kind in ("single", "closed", "open"):
+        for runs in results[kind].values():
+            assert all(r["errors"] == 0 and r["requests"] > 0 for r in runs)
+    assert set(results["closed"]) == {"batched", "eager", "scope per request"}
+    assert results["acceptance"]["eager"]["throughput"] > 0 and "rss_growth" in results["acceptance"]
+    assert png.stat().st_size > 0
