@@ -105,6 +105,7 @@ class Program:
         self.make_futures = maker(len(outputs), self.container)    # (scope, nid) -> a block call's Futures
         self.op = Composite(self, owner)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
+        self.sig_id = self.sig.id      # what recording a call appends
 
     def check_ints(self, ints, checks=None):
         """Validate a call's integers against every op that indexes with them (at record
