@@ -315,6 +315,8 @@ class HybridBlock(Block):
             ints += next_keys(program.n_draws)
         if scope is None:
             return program.replay(eager.apply, eager.constant, handles, ints)
+        if scope.open and scope.graph.origin is None:
+            return program.record_into(scope, [h.id for h in handles], ints)
         return program.replay(scope.record, scope.constant, handles, ints)
 
     def _program(self, key):
