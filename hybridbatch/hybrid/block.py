@@ -24,6 +24,7 @@ from .tracing import trace
 
 
 _local = _scope._local         # its .scope: the batching scope recording on this thread, or None
+_new = object.__new__
 _traced = weakref.WeakSet()      # HybridBlocks holding traced programs
 
 
@@ -236,9 +237,12 @@ class HybridBlock(Block):
         if scope is not None and self._active:    # a tracing scope is "op": it inlines
             granularity = scope.granularity
             if granularity == "block" or (granularity == "auto" and not self.auto_inline):
-                # one graph node per call: the hot path, written out in this frame
-                types = scope.graph.type
-                ids, key, ints = [], [], []
+                # One graph node per call: the hot path, written out in this frame (graph.add
+                # and the Futures included). A block call's outputs are nodes nid.., the
+                # flush expanding the call into them.
+                g = scope.graph
+                types = g.type
+                ids, key, ints = [], [], None
                 for a in args:
                     if a.__class__ is Future and a.scope is scope:     # the common cases first:
                         i = a.id                                       # exact class tests are
@@ -246,25 +250,48 @@ class HybridBlock(Block):
                         key.append(types[i])
                     elif a.__class__ is int:
                         key.append(INT)
-                        ints.append(a)
+                        ints = [a] if ints is None else ints + [a]
                     elif isinstance(a, Parameter):
                         key.append(a)
                     elif isinstance(a, _FLAGS):
                         key.append(_flag(a))
                     elif isinstance(a, (int, np.integer)):
                         key.append(INT)
-                        ints.append(int(a))
+                        ints = [int(a)] if ints is None else ints + [int(a)]
                     else:
                         i = _as_handle(a, scope).id
                         ids.append(i)
                         key.append(types[i])
                 key = tuple(key)
-                program = self._programs.get(key)
-                if program is None:
-                    program = self._program(key)
+                program = self._programs.get(key) or self._program(key)
                 if program.n_draws:
-                    ints += next_keys(program.n_draws)
-                return scope.record_program(program, ids, ints)
+                    ints = (ints or []) + next_keys(program.n_draws)
+                if ints is None:
+                    if not ids:      # nothing to size a batch by: its ops, as at op granularity
+                        return program.replay(scope.record, scope.constant, [])
+                    aux = -1
+                else:
+                    program.check_ints(ints)
+                    if len(ints) == 1:
+                        aux = ints[0]
+                    else:
+                        aux = len(g.aux_flat)
+                        g.aux_flat.extend(ints)
+                if g.origin is not None:
+                    g.origin.extend([_scope.caller()] * len(program.out_types))
+                nid = len(types)
+                g.sig.append(program.sig_id)
+                types.extend(program.out_types)
+                g.aux.append(aux)
+                operands = g.args
+                operands.extend(ids)
+                g.arg_end.append(len(operands))
+                if program.container is None:
+                    f = _new(Future)
+                    f.scope = scope
+                    f.id = nid
+                    return f
+                return program.make_futures(scope, nid)
             if granularity == "auto":
                 calls = scope.auto_calls        # inlined, the plan cannot count them
                 calls[self] = calls.get(self, 0) + 1
@@ -288,6 +315,8 @@ class HybridBlock(Block):
             ints += next_keys(program.n_draws)
         if scope is None:
             return program.replay(eager.apply, eager.constant, handles, ints)
+        if scope.open and scope.graph.origin is None:
+            return program.record_into(scope, [h.id for h in handles], ints)
         return program.replay(scope.record, scope.constant, handles, ints)
 
     def _program(self, key):

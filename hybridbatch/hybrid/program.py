@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..record import signature
-from ..record.future import maker
+from ..record.future import Future, maker
 from ..record.signature import Signature
 from ..train.parameter import by_id
 from .arguments import int_column
@@ -103,8 +103,13 @@ class Program:
         self.input_use = _input_use(ancestors, self.n_inputs)
         self.zero_seeds_exact = _zero_seeds_exact(self.steps, ancestors)
         self.make_futures = maker(len(outputs), self.container)    # (scope, nid) -> a block call's Futures
+        # per step, what appending its node to a scope's graph needs (record_into)
+        self.node_steps = tuple((step.slot, step.sig.id, step.sig.out_type, tuple(r for r in step.refs if r is not None),
+                                 step.aux, int_column(step.aux)) for step in self.steps)
+        self.shared = {pid: by_id(pid) for step in self.steps for pid in step.sig.params if pid is not None}
         self.op = Composite(self, owner)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
+        self.sig_id = self.sig.id      # what recording a call appends
 
     def check_ints(self, ints, checks=None):
         """Validate a call's integers against every op that indexes with them (at record
@@ -116,6 +121,32 @@ class Program:
                 sig.op.check_aux(sig, v)
 
     # -- op granularity and eager: replay the steps as separate nodes ------------------
+    def record_into(self, scope, ids, ints=()):
+        """Op granularity's replay into `scope` (open, not tracing, keeping no lines): each
+        step's node appended to the graph with the signature the trace interned, which the
+        operands' types (the program's key) give again, so none of `record`'s per-operand
+        checks and lookups run. ids: the inputs' node ids. Returns the outputs' Futures."""
+        if ints:
+            self.check_ints(ints)
+            if self.dead_int_checks:
+                self.check_ints(ints, self.dead_int_checks)
+        scope.params.update(self.shared)      # signatures name them by id: keep them alive
+        g = scope.graph
+        types, sigs, auxs, args, arg_end = g.type, g.sig, g.aux, g.args, g.arg_end
+        vals = [None] * self.n_slots
+        vals[:self.n_inputs] = ids
+        for slot, value in self.consts:
+            vals[slot] = scope.constant(value).id
+        for slot, sig, out_type, refs, aux, j in self.node_steps:
+            vals[slot] = len(types)
+            sigs.append(sig)
+            types.append(out_type)
+            auxs.append(aux if j is None else ints[j])
+            args.extend([vals[r] for r in refs])
+            arg_end.append(len(args))
+        outs = [Future(scope, vals[o]) for o in self.outputs]
+        return outs[0] if self.container is None else self.container(outs)
+
     def replay(self, apply, constant, inputs, ints=()):
         """Run each step through `apply(op, operands, attrs, aux)`; returns output handles."""
         if ints and self.dead_int_checks:      # the live steps' ops check their own

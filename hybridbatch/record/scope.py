@@ -164,29 +164,35 @@ class batching:
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
         g = self.graph
         types = g.type
-        codes, ids = [], []
-        for a in args:
-            if a.__class__ is Future and a.scope is self:      # the common case first
+        a = args[0] if len(args) == 1 else None
+        if a.__class__ is Future and a.scope is self:      # one value of this scope: most common
+            i = a.id
+            codes = (types[i],)
+            ids = (i,)
+        else:
+            codes, ids = [], []
+            for a in args:
+                if a.__class__ is Future and a.scope is self:
+                    i = a.id
+                    codes.append(types[i])
+                    ids.append(i)
+                    continue
+                if a.__class__ is not Future:
+                    if isinstance(a, Parameter):
+                        codes.append(-a.pid - 1)
+                        self.params[a.pid] = a      # signatures name it by id: keep it alive
+                        continue
+                    a = self.constant(a)
+                else:
+                    raise ScopeError(_CAPTURED if self.tracing else
+                                     "a Future from another batching scope was used here; futures belong "
+                                     "to the scope that recorded them (read it with .asnumpy() first)")
                 i = a.id
                 codes.append(types[i])
                 ids.append(i)
-                continue
-            if a.__class__ is not Future:
-                if isinstance(a, Parameter):
-                    codes.append(-a.pid - 1)
-                    self.params[a.pid] = a      # signatures name it by id: keep it alive
-                    continue
-                a = self.constant(a)
-            else:
-                raise ScopeError(_CAPTURED if self.tracing else
-                                 "a Future from another batching scope was used here; futures belong "
-                                 "to the scope that recorded them (read it with .asnumpy() first)")
-            i = a.id
-            codes.append(types[i])
-            ids.append(i)
-        if not ids and op.needs_batched:
-            return self.record(op, (self.record(ParamRead, args[:1], (), 0),) + tuple(args[1:]), attrs, aux)
-        codes = tuple(codes)
+            if not ids and op.needs_batched:
+                return self.record(op, (self.record(ParamRead, args[:1], (), 0),) + tuple(args[1:]), attrs, aux)
+            codes = tuple(codes)
         sig = _sig_by_key.get((op.id, attrs, codes)) or signature.intern(op, attrs, codes)
         if op.uses_aux and not (aux.__class__ is int and 0 <= aux < sig.aux_limit):
             if aux.__class__ is BlockInt and self.tracing:
@@ -226,45 +232,13 @@ class batching:
 
     def note_line(self, nid):
         """Keep the line of the user's code that recorded node nid (explain() names it)."""
-        self.node_lines[nid] = _caller()
+        self.node_lines[nid] = caller()
 
     def _add(self, sig, ids, aux):
         g = self.graph
         if g.origin is not None:
-            g.origin.append(_caller())
+            g.origin.append(caller())
         return g.add(sig.id, (sig.out_type,), ids, aux)
-
-    def record_program(self, program, ids, ints=()):
-        """One graph call for a whole traced block call (block granularity): a node per
-        output, the flush expanding the call into them.
-
-        ids: the operand node ids. Returns one Future, or a tuple with one per output. A
-        call with neither values nor integers gives its kernel nothing to size a batch by,
-        so its ops are recorded instead (as at op granularity).
-        """
-        if not ids and not ints:
-            return program.replay(self.record, self.constant, [])
-        g = self.graph
-        if ints:
-            program.check_ints(ints)
-            if len(ints) == 1:
-                aux = ints[0]
-            else:
-                aux = len(g.aux_flat)
-                g.aux_flat.extend(ints)
-        else:
-            aux = -1
-        if g.origin is not None:
-            g.origin.extend([_caller()] * len(program.out_types))
-        types = g.type
-        nid = len(types)        # graph.add inlined: the hot path
-        g.sig.append(program.sig.id)
-        types.extend(program.out_types)
-        g.aux.append(aux)
-        args = g.args
-        args.extend(ids)
-        g.arg_end.append(len(args))
-        return program.make_futures(self, nid)
 
     def constant(self, value):
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
@@ -462,7 +436,7 @@ def end_tracing(scope):
     scope.open = False
 
 
-def _caller():
+def caller():
     """file:line of the first frame outside this package (where the user recorded the op)."""
     f = sys._getframe(2)
     while f is not None and f.f_globals.get("__name__", "").startswith("hybridbatch."):
