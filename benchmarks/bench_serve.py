@@ -104,13 +104,28 @@ class Connection:
     @classmethod
     async def open(cls, host, port):
         self = cls()
+        self.host, self.port = host, port
         self.reader, self.writer = await asyncio.open_connection(host, port)
         self.head = f"POST /infer HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n".encode()
         return self
 
     async def post(self, body):
-        self.writer.write(self.head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        status = int((await self.reader.readline()).split()[1])
+        """(status, reply body). A connection the server closed while it sat idle (uvicorn's
+        keep-alive timeout) is opened again and the request sent once more."""
+        request = self.head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        for attempt in range(2):
+            try:
+                self.writer.write(request)
+                line = await self.reader.readline()
+            except ConnectionError:
+                line = b""
+            if line or attempt:
+                break
+            self.writer.close()
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        if not line:
+            raise ConnectionError("the server closed the connection without a reply")
+        status = int(line.split()[1])
         length = 0
         while (line := await self.reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")
@@ -184,9 +199,11 @@ async def open_loop(server, bodies, recorder, rate, seconds, in_flight, seed=0):
     async def one(conn, i, t):
         try:
             status, reply = await conn.post(bodies[i])
-            recorder.add(i, t, status, reply)
+        except ConnectionError:
+            status, reply = None, None
         finally:
             free.append(conn)
+        recorder.add(i, t, status, reply)
 
     while due < start + seconds:
         due += rng.expovariate(rate)
