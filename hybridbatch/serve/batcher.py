@@ -102,7 +102,7 @@ class Batcher:
     oldest request arrived; at most `max_queue` requests wait (QueueFullError beyond).
     Every batch runs in `hb.batching(policy, granularity)` on the worker thread; `close()`
     (or leaving a `with` block) stops taking requests, runs those queued (`drain=True`)
-    and ends the worker. `eager=True` (with max_batch_size=1) runs each request alone
+    and ends the worker. `eager=True` (max_batch_size 1) runs each request alone
     outside any scope: the unbatched baseline to measure serving against.
 
     >>> def model(x):                              # per-instance code; a read suspends
