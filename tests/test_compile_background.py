@@ -336,3 +336,31 @@ def test_compiling_hybridbatchs_own_numba_functions_is_said_once(monkeypatch, ca
         njit(second)(1)
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "compiling hybridbatch's numba functions" in said[0]
+
+
+class _Context:
+    def refresh(self):
+        pass
+
+    def codegen(self):
+        return None
+
+
+class _KernelWithOlderCache:
+    """A kernel whose disk cache lacks the index internals _load_cached reads first (another
+    numba version): only the public `load_overload`."""
+
+    def __init__(self, cached):
+        self.overloads, self.targetctx, self.compiled = {}, _Context(), []
+        self._cache = type("Cache", (), {"_enabled": True,
+                                         "load_overload": lambda _, sig, ctx: object() if cached else None})()
+
+    def compile(self, sig):
+        self.compiled.append(sig)
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_cache_without_numbas_index_internals_is_asked_by_loading(cached):
+    kernel = _KernelWithOlderCache(cached)
+    assert fused._load_cached(kernel, ("sig",)) is cached
+    assert kernel.compiled == ([("sig",)] if cached else [])

@@ -320,8 +320,11 @@ def _load_cached(kernel, sig):
         return False
     with global_compiler_lock:
         kernel.targetctx.refresh()
-        key = cache._index_key(sig, kernel.targetctx.codegen())
-        if key not in cache._cache_file._load_index():
+        try:
+            held = cache._index_key(sig, kernel.targetctx.codegen()) in cache._cache_file._load_index()
+        except AttributeError:      # numba's cache internals moved: a load says it, at a second load's cost
+            held = cache.load_overload(sig, kernel.targetctx) is not None
+        if not held:
             return False
         kernel.compile(sig)          # a cache hit, registered as numba's own
     return True
