@@ -352,13 +352,15 @@ def _acceptance(results, args):
     ratio, and batched p99 against 2 x that server's single-request latency + max_delay."""
     med = lambda runs, key: statistics.median(r[key] for r in runs)   # noqa: E731
     closed, single = results["closed"], results["single"]
-    out = {"throughput_batched": med(closed["batched"], "throughput"), "p50_batched_ms": med(closed["batched"], "p50_ms"),
-           "p99_batched_ms": med(closed["batched"], "p99_ms"),
+    batched = closed["batched"]
+    out = {"throughput_batched": med(batched, "throughput"), "p50_batched_ms": med(batched, "p50_ms"),
+           "p99_batched_ms": med(batched, "p99_ms"),
            "single_request_batched_server_ms": med(single["batched"], "p50_ms")}
     for label in ("eager", "scope per request"):
-        ratios = [b["throughput"] / o["throughput"] for b, o in zip(closed["batched"], closed[label])]
+        ratios = [b["throughput"] / o["throughput"] for b, o in zip(batched, closed[label])]
         single_ms = med(single[label], "p50_ms")
-        out[label] = {"throughput": med(closed[label], "throughput"), "throughput_ratio": round(statistics.median(ratios), 2),
+        out[label] = {"throughput": med(closed[label], "throughput"),
+                      "throughput_ratio": round(statistics.median(ratios), 2),
                       "single_request_ms": single_ms, "p99_bound_ms": round(2 * single_ms + args.max_delay_ms, 2)}
     if "rss" in results:
         out["rss_growth"] = results["rss"]["growth"]

@@ -90,7 +90,8 @@ def test_concurrent_requests_are_answered_as_eager_inference_and_bad_ones_get_40
         np.testing.assert_allclose(reply["y"], _eager(model, payload), rtol=1e-5, atol=1e-6)
     reasons = [reply["error"] for status, reply in answers[len(good):] if status == 400]
     assert len(reasons) == len(bad)
-    assert reasons[0].startswith("the body is not JSON") and "four numbers" in reasons[1] and "four numbers" in reasons[2]
+    assert reasons[0].startswith("the body is not JSON")
+    assert "four numbers" in reasons[1] and "four numbers" in reasons[2]
     assert status == 200 and kind == "application/json"
     assert health["status"] == "ok" and health["requests"] == len(good) and health["batches"] < len(good)
 

@@ -85,6 +85,7 @@ def main(argv=None):
                       max_queue=args.max_queue, policy=args.policy, granularity=args.granularity, eager=args.eager)
     listener = listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame):
             """SIGINT/SIGTERM: close the Batcher at once, so that its queued requests run now
@@ -92,8 +93,8 @@ def main(argv=None):
             batcher.close(timeout=0)
             super().handle_exit(sig, frame)
 
-    server = Server(uvicorn.Config(make_app(model, batcher, args.max_request_bytes), log_level="warning",
-                                           access_log=False))
+    config = uvicorn.Config(make_app(model, batcher, args.max_request_bytes), log_level="warning", access_log=False)
+    server = Server(config)
     # the socket listens already: a client that connects before uvicorn starts waits in its backlog
     how = "eager, one request at a time" if args.eager else (f"max_batch_size {args.max_batch_size}, max_delay_ms "
                                                              f"{args.max_delay_ms:g}")

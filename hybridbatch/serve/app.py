@@ -12,8 +12,8 @@ A served model is a class called with the `--params` path (or with nothing):
 
 Routes: `POST /infer` (JSON body: one request), `GET /healthz`. A body over
 `max_request_bytes` gets a 413, a full queue a 503 with Retry-After, a failure inside
-`infer` (or any but a ValueError in `parse`, or in `respond`) a 500 for that request only. Shutdown drains: the requests already taken are
-answered before the Batcher closes.
+`infer` (or any but a ValueError in `parse`, or in `respond`) a 500 for that request only.
+Shutdown drains: the requests already taken are answered before the Batcher closes.
 """
 import asyncio
 import contextlib
