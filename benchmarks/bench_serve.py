@@ -32,7 +32,7 @@ import asyncio
 import json
 import os
 import random
-import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,11 +47,9 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
 
 import numpy as np  # noqa: E402
 
+from hybridbatch_workloads.bench.machine import machine_info, pinned  # noqa: E402
+
 MODEL = "examples/treelstm_sst.py:Model"
-
-
-def pinned(cmd, core):
-    return (["taskset", "-c", str(core)] + cmd) if core is not None and shutil.which("taskset") else cmd
 
 
 def train_model(path, data, hidden, trees):
@@ -74,7 +72,7 @@ def request_trees(data, count, seed=0):
 class Server:
     """`python -m hybridbatch.serve` in a child process on a free loopback port, with `flags`."""
 
-    def __init__(self, params, core, label, flags):
+    def __init__(self, params, core, flags):
         cmd = [sys.executable, "-m", "hybridbatch.serve", "--model", MODEL, "--params", params, "--port", "0",
                "--max-queue", "4096", *flags]
         self.proc = subprocess.Popen(pinned(cmd, core), cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -84,7 +82,6 @@ class Server:
             raise RuntimeError(f"the server did not start: {line!r}")
         self.host, port = line.split(" on http://")[1].split()[0].rsplit(":", 1)
         self.port = int(port)
-        self.label = label
 
     def rss_bytes(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -94,7 +91,7 @@ class Server:
         raise RuntimeError("no VmRSS")
 
     def stop(self):
-        self.proc.send_signal(2)
+        self.proc.send_signal(signal.SIGINT)
         self.proc.wait(timeout=60)
 
 
@@ -239,7 +236,7 @@ def measure(args, params, bodies, expected):
     configs = servers(args)
     for round_ in range(args.rounds):
         for label, flags in configs if round_ % 2 == 0 else configs[::-1]:
-            server = Server(params, args.server_core, label, flags)
+            server = Server(params, args.server_core, flags)
             try:
                 asyncio.run(closed_loop(server, bodies, Recorder(expected), args.clients, requests=args.warm_up))
                 rec = Recorder(expected)
@@ -262,8 +259,7 @@ def measure(args, params, bodies, expected):
 
 
 def memory(args, params, bodies, expected):
-    label, flags = servers(args)[0]
-    server = Server(params, args.server_core, label, flags)
+    server = Server(params, args.server_core, servers(args)[0][1])
     try:
         asyncio.run(closed_loop(server, bodies, Recorder(expected), args.clients, requests=args.warm_up))
         before = server.rss_bytes()
@@ -319,7 +315,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    if shutil.which("taskset") and args.client_core is not None:
+    if args.client_core is not None and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(args.client_core)})
     with tempfile.TemporaryDirectory() as tmp:
         params = os.path.join(tmp, "model.npz")
@@ -332,7 +328,7 @@ def main():
         for t in trees:
             scores = model.infer(t).asnumpy()
             expected.append((int(np.argmax(scores)), scores))
-        results = {"machine": _machine(), "command": " ".join(sys.argv), "clients": args.clients,
+        results = {"machine": machine_info(), "command": " ".join(sys.argv), "clients": args.clients,
                    "max_batch_size": args.max_batch_size, "max_delay_ms": args.max_delay_ms, "hidden": args.hidden,
                    **measure(args, params, bodies, expected)}
         if args.rss_requests:
@@ -365,11 +361,6 @@ def _acceptance(results, args):
     if "rss" in results:
         out["rss_growth"] = results["rss"]["growth"]
     return out
-
-
-def _machine():
-    from hybridbatch_workloads.bench.machine import machine_info
-    return machine_info()
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ import subprocess
 import sys
 import tempfile
 
-THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                            "NUMBA_NUM_THREADS")}
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from hybridbatch_workloads.bench.machine import THREAD_VARS, pinned  # noqa: E402
+
+THREADS = {v: "1" for v in THREAD_VARS}
 
 
 def _checkout(repo, rev, where):
@@ -34,8 +36,7 @@ def _run(tree, workload, args, data, out):
            "--no-progress", "--gemm-repeats", "1", "--json", out]
     if data:
         cmd += ["--data", os.path.abspath(data)]
-    if shutil.which("taskset"):
-        cmd = ["taskset", "-c", args.core] + cmd
+    cmd = pinned(cmd, args.core)
     env = dict(os.environ, PYTHONPATH=tree, **THREADS)
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:

@@ -38,8 +38,9 @@ from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                            "NUMBA_NUM_THREADS")}
+from hybridbatch_workloads.bench.machine import THREAD_VARS, pinned  # noqa: E402
+
+THREADS = {v: "1" for v in THREAD_VARS}
 PEER = os.path.join(ROOT, "benchmarks", "peers", "pytorch_tagger.py")
 PEER_PYTHON = os.path.join(ROOT, "benchmarks", "peers", ".venv", "bin", "python")
 CHILDSUM_GRANULARITIES = ("block", "op", "auto")
@@ -50,25 +51,6 @@ def default_granularity():
     """The granularity `hb.batching()` uses when it is given none."""
     from hybridbatch.record.scope import batching
     return inspect.signature(batching).parameters["granularity"].default
-
-
-def default_policy():
-    """The policy `hb.batching()` uses when it is given none, by name."""
-    from hybridbatch.record.scope import batching
-    from hybridbatch.schedule import POLICIES
-    default = inspect.signature(batching).parameters["policy"].default
-    if isinstance(default, str):
-        return default
-    with batching() as scope:       # a default chosen when the scope is made
-        pass
-    for name, fn in POLICIES.items():
-        if fn is scope.policy:
-            return name
-    raise RuntimeError(f"hb.batching()'s default policy {scope.policy!r} has no name in POLICIES")
-
-
-def _pinned(cmd, core):
-    return (["taskset", "-c", core] + cmd) if shutil.which("taskset") else cmd
 
 
 def _bench(args, workload, out, policy, granularity=None, eager=False, extra=(), env=None):
@@ -82,7 +64,7 @@ def _bench(args, workload, out, policy, granularity=None, eager=False, extra=(),
     if args.data:
         cmd += ["--data", os.path.abspath(args.data)]
     env = dict(os.environ, PYTHONPATH=ROOT, **THREADS, **(env or {}))
-    subprocess.run(_pinned(cmd, args.core), cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)
 
@@ -111,7 +93,7 @@ def _write_sentences(args, path):
 def _peer(args, sentences, out):
     cmd = [args.peer_python, PEER, "--sentences", sentences, "--repeats", "1", "--instances",
            str(args.instances), "--warmup", str(args.warmup), "--json", out]
-    subprocess.run(_pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, **THREADS), check=True,
+    subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, **THREADS), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out) as f:
         res = json.load(f)
@@ -145,7 +127,7 @@ COLD_CASES = (("empty_cache", "empty caches"), ("new_cell", "a new cell"), ("ins
 def _warm_up(args, workload, env):
     """The install step's warm-up of one workload into the caches `env` names."""
     cmd = [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up", workload]
-    subprocess.run(_pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **THREADS, **env),
+    subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **THREADS, **env),
                    check=True, stdout=subprocess.DEVNULL)
 
 
@@ -283,7 +265,8 @@ def main(argv=None):
         ap.error("--rounds, --instances and --cold-instances must be >= 1, --warmup and --eager-instances >= 0")
     if args.peer and not os.path.isfile(args.peer_python):
         ap.error(f"--peer needs the peers' venv ({args.peer_python}): run `make peers`")
-    args.default_policy = default_policy()
+    from hybridbatch.schedule import DEFAULT_POLICY
+    args.default_policy = DEFAULT_POLICY
     args.policy = args.policy or args.default_policy
     args.granularity = args.granularity or default_granularity()
     rep = run(args)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -19,6 +20,12 @@ GEMM_SHAPE = (1024, 512, 1280)      # (m, k, n): a (m x k) @ (k x n), float32
 
 def thread_settings():
     return {v: os.environ.get(v) for v in THREAD_VARS}
+
+
+def pinned(cmd, core):
+    """The command line `cmd` run on CPU `core` alone (taskset, where the machine has it;
+    core None: cmd as it is)."""
+    return ["taskset", "-c", str(core), *cmd] if core is not None and shutil.which("taskset") else cmd
 
 
 def cpu_model():
