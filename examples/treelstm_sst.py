@@ -22,12 +22,15 @@ saved so (`--model natural --save model.npz`) over HTTP, batching concurrent req
 """
 import argparse
 
-from common import add_batching_args, add_distributed_arg, load_or_exit, run, say, start_distributed, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+# common first: one thread, the repository on the path
+from common import (add_batching_args, add_distributed_arg, distributed, load_or_exit, run, say, start_distributed,
+                    train_epoch)
 
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch.train.parameter_dict import write_npz  # noqa: E402
 from hybridbatch_workloads.bench.registry import make_workload  # noqa: E402
 from hybridbatch_workloads.bench.workload_treelstm import CLASSES  # noqa: E402
 from hybridbatch_workloads.data.trees import Vocab, parse_ptb  # noqa: E402
@@ -74,9 +77,9 @@ class Model:
 
 
 def save_model(workload, path):
-    """The trained parameters and the vocabulary in one .npz archive at `path` (Model reads it)."""
+    """The trained parameters and the vocabulary in one .npz archive at exactly `path` (Model reads it)."""
     arrays = {name: p.data for name, p in workload.model.collect_params().items()}
-    np.savez(path, vocabulary=np.array(workload.vocab.words), **arrays)
+    write_npz(path, {"vocabulary": np.array(workload.vocab.words), **arrays})
 
 
 def accuracy(workload, trees, mode, policy, granularity, batch):
@@ -128,9 +131,9 @@ def main():
         acc, acc2 = accuracy(workload, dev, args.mode, args.policy, args.granularity, args.batch)
         say(args, f"epoch {epoch}: loss/tree {total / len(train):.3f}  {len(train) / seconds:.1f} trees/s  "
               f"dev root accuracy {100 * acc:.1f}% (binary {100 * acc2:.1f}%)")
-    if args.save:
+    if args.save and (not distributed(args) or hb.distributed.is_root()):     # every rank holds the same
         save_model(workload, args.save)
-        say(args, f"saved the model and its vocabulary to {args.save}")
+        print(f"saved the model and its vocabulary to {args.save}")
 
 
 if __name__ == "__main__":

@@ -62,12 +62,12 @@ def map(fn, instances):
 
 
 def each(fn, instances, streams=None):
-    """hb.map's work inside the open scope, its instances' exceptions returned, not raised:
-    (results, {index: exception}), None the result of each instance that raised."""
+    """hb.map's work inside the open scope over a list of instances, their exceptions
+    returned, not raised: (results, {index: exception}), None the result of each instance
+    that raised."""
     if greenlet is None:
         raise ImportError("hb.map inside a batching scope runs each instance as a greenlet, and greenlet is not "
                           "installed: pip install hybridbatch[map]")
-    instances = list(instances)
     return _run(_local.scope, fn, instances, streams or random.split(len(instances)))
 
 

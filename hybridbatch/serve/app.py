@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from .batcher import BatcherClosedError, QueueFullError
@@ -72,7 +72,7 @@ def _json(value, status=200, headers=None):
 
 
 def _error(status, message, headers=None):
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    return _json({"error": message}, status, headers)
 
 
 def make_app(model, batcher, max_request_bytes=1 << 20):
