@@ -118,6 +118,8 @@ class Optimizer:
     wd = _Option(low=0.0)
 
     def create_state(self, param):
+        """The parameter's state before its first update: a dict (the Trainer reads None as
+        not made yet)."""
         return {}
 
     def update(self, weight, grad, state, scale, lr):
@@ -503,8 +505,7 @@ class Trainer:
             self.optimizer = cls(**options)
         else:
             raise TypeError(f"optimizer must be a name or an Optimizer, not {type(optimizer).__name__}")
-        self._states = [None] * len(self._params)
-        self._created = [False] * len(self._params)
+        self._states = [None] * len(self._params)      # a parameter's optimizer state, made on its first update
         self.step_count = 0          # the step() calls that updated
         self.set_schedule(schedule)
         self.last_grad_norm = None   # the global norm before clipping, when clipping is on
@@ -597,10 +598,10 @@ class Trainer:
 
     def _state(self, i, p):
         """Parameter i's optimizer state, made on its first update."""
-        if not self._created[i]:
-            self._states[i] = self.optimizer.create_state(p)
-            self._created[i] = True
-        return self._states[i]
+        state = self._states[i]
+        if state is None:
+            state = self._states[i] = self.optimizer.create_state(p)
+        return state
 
     # -- checkpoints ----------------------------------------------------------------------
     def save_states(self, path):
@@ -615,7 +616,7 @@ class Trainer:
         arrays, entries = {}, []
         for i, (name, p) in enumerate(zip(self._names, self._params)):
             kept = None
-            if self._created[i]:
+            if self._states[i] is not None:
                 saved = self.optimizer.state_arrays(self._states[i])
                 kept = sorted(saved)
                 arrays.update({f"state.{i}.{key}": value for key, value in saved.items()})
@@ -671,7 +672,6 @@ class Trainer:
         self._schedule_steps = meta["schedule_steps"]
         self.step_count = meta["step_count"]
         self._states = states
-        self._created = [state is not None for state in states]
 
     def _loaded_states(self, entries, stored, problems):
         """Each parameter's state from the file (None where it had none yet), matched to this
