@@ -62,6 +62,22 @@ class NaturalTreeLSTM(hb.Block):
         return self.classifier(self.encode(tree)[0])
 
 
+def bilstm(forward, backward, xs, hidden):
+    """[h_fwd; h_bwd] per element of xs: LSTM cells `forward` and `backward` run each way
+    from a zero state."""
+    zero = np.zeros(hidden, np.float32)
+    h, c, fwd = zero, zero, []
+    for x in xs:
+        h, c = forward(x, h, c)
+        fwd.append(h)
+    h, c, bwd = zero, zero, []
+    for x in reversed(xs):
+        h, c = backward(x, h, c)
+        bwd.append(h)
+    bwd.reverse()
+    return [hb.concat([f, b]) for f, b in zip(fwd, bwd)]
+
+
 class NaturalTagger(hb.Block):
     """W2: `nn.LSTMCell` per step in each direction from a zero state, `nn.Dense` over
     [h_fwd; h_bwd] per token. Takes word ids (`encode`) and tag ids."""
@@ -85,17 +101,7 @@ class NaturalTagger(hb.Block):
 
     def logits(self, tokens):
         xs = [self.embedding(w) for w in tokens]
-        zero = np.zeros(self.hidden, np.float32)
-        h, c, fwd = zero, zero, []
-        for x in xs:
-            h, c = self.fwd(x, h, c)
-            fwd.append(h)
-        h, c, bwd = zero, zero, []
-        for x in reversed(xs):
-            h, c = self.bwd(x, h, c)
-            bwd.append(h)
-        bwd.reverse()
-        return [self.classifier(hb.concat([f, b])) for f, b in zip(fwd, bwd)]
+        return [self.classifier(v) for v in bilstm(self.fwd, self.bwd, xs, self.hidden)]
 
     def node_losses(self, tokens, tags):
         if len(tokens) != len(tags):

@@ -25,6 +25,7 @@ import numpy as np
 import hybridbatch as hb
 from hybridbatch import nn
 from ..data.trees import Vocab
+from .natural import bilstm
 
 __all__ = ["ArcHybridParser", "ParserVocab", "Sentence", "Parse", "TransitionScorer",
            "is_projective", "SHIFT"]
@@ -114,25 +115,13 @@ class ArcHybridParser(hb.Block):
 
     # -- encoder ---------------------------------------------------------------------------
 
-    def _bilstm(self, forward, backward, xs):
-        zero = np.zeros(self.hidden, np.float32)
-        h, c, fwd = zero, zero, []
-        for x in xs:
-            h, c = forward(x, h, c)
-            fwd.append(h)
-        h, c, bwd = zero, zero, []
-        for x in reversed(xs):
-            h, c = backward(x, h, c)
-            bwd.append(h)
-        bwd.reverse()
-        return [hb.concat([f, b]) for f, b in zip(fwd, bwd)]
-
     def encode(self, sentence: Sentence):
         """One BiLSTM vector per token index (0 = ROOT), ROOT read after the last word."""
         order = list(range(1, len(sentence.words))) + [0]
         xs = [hb.concat([self.word_embedding(sentence.words[k]), self.tag_embedding(sentence.tags[k])])
               for k in order]
-        top = self._bilstm(self.forward2, self.backward2, self._bilstm(self.forward1, self.backward1, xs))
+        first = bilstm(self.forward1, self.backward1, xs, self.hidden)
+        top = bilstm(self.forward2, self.backward2, first, self.hidden)
         vectors = [None] * len(order)
         for k, v in zip(order, top):
             vectors[k] = v
@@ -216,15 +205,3 @@ class ArcHybridParser(hb.Block):
         """The summed hinge loss, a zero constant when no step violated the margin."""
         loss = self.train_parse(sentence).loss
         return loss if loss is not None else hb.array(np.float32(0.0))
-
-
-def attachment_scores(parses, sentences):
-    """(UAS, LAS) over every word of the sentences, punctuation included (as UD's evaluation)."""
-    words = unlabeled = labeled = 0
-    for p, s in zip(parses, sentences):
-        for k in range(1, len(s.words)):
-            words += 1
-            if p.heads[k] == s.heads[k]:
-                unlabeled += 1
-                labeled += p.labels[k] == s.labels[k]
-    return unlabeled / words, labeled / words
