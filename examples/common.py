@@ -136,39 +136,59 @@ def _agree(a, b):
     return a == b
 
 
-def train_reading_workload(make_workload, args, metric, optimizer, options):
-    """Train and evaluate a workload that reads values as it runs (a
-    `hybridbatch_workloads.bench.workload.ReadingWorkload`): per epoch, its training loss
-    (instances through hb.map, as in train_epoch) and the `metric` of its predictions on the
-    held-out instances. With --compare, in both modes from fresh models of the same seed."""
+def _train_modes(build, evaluate, args, metric, optimizer, options, first=None):
+    """Per mode (eager, then batched with --compare; else args.mode), from a fresh model of
+    the same seed: `build()` -> (model, training instances, its per-instance loss), a
+    Trainer, args.epochs epochs of train_epoch, each followed by `evaluate(model, mode)` ->
+    (held-out predictions, their `metric`). Prints a line per epoch; with --compare, whether
+    the modes agree. `first`: what build() would return, made already, for the first mode."""
     outcome = {}
     for mode in ("eager", "batched") if args.compare else (args.mode,):
         margs = argparse.Namespace(**{**vars(args), "mode": mode})
-        workload = make_workload()
-        workload.hybridize()
-        train, dev = workload.train_instances(), workload.dev_instances()
-        trainer = hb.Trainer(workload.parameters(), optimizer, options)
+        model, train, loss_of = first if first is not None else build()
+        first = None
+        model.hybridize()
+        trainer = hb.Trainer(model.parameters(), optimizer, options)
         rng = np.random.default_rng(args.seed)
+        hb.seed(args.seed)
         losses, predictions = [], []
         for epoch in range(1, args.epochs + 1):
-            total, seconds = train_epoch(workload.loss, trainer, train, margs, rng)
-            start, predictions, right, count = time.perf_counter(), [], 0, 0
-            for i in range(0, len(dev), args.batch):
-                batch = dev[i:i + args.batch]
-                found = run(lambda: workload.predict_minibatch(batch), mode, args.policy, args.granularity)
-                for x, p in zip(batch, found):
-                    p = workload.read_prediction(p)
-                    r, n = workload.score(x, p)
-                    predictions.append(p)
-                    right, count = right + r, count + n
-            decode_seconds = time.perf_counter() - start
+            total, seconds = train_epoch(loss_of, trainer, train, margs, rng)
+            start = time.perf_counter()
+            predictions, score = evaluate(model, mode)
             losses.append(total / len(train))
             print(f"{mode} epoch {epoch}: loss {losses[-1]:.4f} per instance, {len(train) / seconds:.1f} "
-                  f"instances/s; dev {metric} {right / max(count, 1):.4f} ({len(dev) / decode_seconds:.1f} "
-                  f"instances/s)", flush=True)
+                  f"instances/s; dev {metric} {score:.4f} ({len(predictions) / (time.perf_counter() - start):.1f} "
+                  "instances/s)", flush=True)
         outcome[mode] = losses, predictions
     if args.compare:
         report_agreement(outcome)
+
+
+def train_reading_workload(make_workload, args, metric, optimizer, options, first=None):
+    """Train and evaluate a workload that reads values as it runs (a
+    `hybridbatch_workloads.bench.workload.ReadingWorkload`, made by `make_workload()`, or
+    `first` for the first mode): per epoch, its training loss (instances through hb.map, as
+    in train_epoch) and the `metric` of its predictions on the held-out instances. With
+    --compare, in both modes from fresh workloads of the same seed."""
+
+    def build(workload):
+        return workload, workload.train_instances(), workload.loss
+
+    def evaluate(workload, mode):
+        dev, predictions, right, count = workload.dev_instances(), [], 0, 0
+        for i in range(0, len(dev), args.batch):
+            batch = dev[i:i + args.batch]
+            found = run(lambda: workload.predict_minibatch(batch), mode, args.policy, args.granularity)
+            for x, p in zip(batch, found):
+                p = workload.read_prediction(p)
+                r, n = workload.score(x, p)
+                predictions.append(p)
+                right, count = right + r, count + n
+        return predictions, right / max(count, 1)
+
+    _train_modes(lambda: build(make_workload()), evaluate, args, metric, optimizer, options,
+                 None if first is None else build(first))
 
 
 def report_agreement(outcome):
@@ -208,29 +228,20 @@ def train_classifier(make_model, train, dev, args, optimizer="adam", options=Non
     `instance.label`) for args.epochs, printing each epoch's training loss and held-out
     accuracy (in eval() mode). Dropout draws from `hb.seed(args.seed)`, so with --compare
     an eager and a batched run from fresh models draw the same masks and must agree."""
-    outcome = {}
-    for mode in ("eager", "batched") if args.compare else (args.mode,):
-        margs = argparse.Namespace(**{**vars(args), "mode": mode})
+
+    def build():
         model = make_model()
-        model.hybridize()
-        trainer = hb.Trainer(model.parameters(), optimizer, options or {"learning_rate": args.lr})
-        rng = np.random.default_rng(args.seed)
-        hb.seed(args.seed)
-        losses, predictions = [], []
-        for epoch in range(1, args.epochs + 1):
-            model.train()
-            total, seconds = train_epoch(model.loss, trainer, train, margs, rng)
-            model.eval()
-            logits = []
-            for i in range(0, len(dev), args.batch):
-                batch = dev[i:i + args.batch]
-                logits += [h.asnumpy() for h in run(lambda: [model.logits(x) for x in batch], mode,
-                                                   args.policy, args.granularity)]
-            predictions = [int(np.argmax(v)) for v in logits]
-            accuracy = np.mean([p == x.label for p, x in zip(predictions, dev)]) if dev else 0.0
-            losses.append(total / len(train))
-            print(f"{mode} epoch {epoch}: loss {losses[-1]:.4f} per instance, {len(train) / seconds:.1f} "
-                  f"instances/s; dev accuracy {accuracy:.4f}", flush=True)
-        outcome[mode] = losses, predictions
-    if args.compare:
-        report_agreement(outcome)
+        return model, train, model.loss
+
+    def evaluate(model, mode):
+        model.eval()
+        logits = []
+        for i in range(0, len(dev), args.batch):
+            batch = dev[i:i + args.batch]
+            logits += [h.asnumpy() for h in run(lambda: [model.logits(x) for x in batch], mode,
+                                               args.policy, args.granularity)]
+        model.train()
+        predictions = [int(np.argmax(v)) for v in logits]
+        return predictions, np.mean([p == x.label for p, x in zip(predictions, dev)]) if dev else 0.0
+
+    _train_modes(build, evaluate, args, "accuracy", optimizer, options or {"learning_rate": args.lr})

@@ -33,7 +33,7 @@ def main():
     print(f"W7 module network: {len(probe.functions)} modules of {probe.channels} x 8 x 8, "
           f"{len(probe.train_instances())} training / {len(probe.dev_instances())} held-out programs "
           f"({probe.data_source})", flush=True)
-    train_reading_workload(make, args, "accuracy", "sgd", {"learning_rate": args.lr})
+    train_reading_workload(make, args, "accuracy", "sgd", {"learning_rate": args.lr}, first=probe)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ def main():
           f"({wl.skipped_nonprojective} non-projective skipped), {len(wl.dev_instances())} held out "
           f"({'real' if args.data else 'synthetic'}), {len(wl.vocab.words)} words, {len(wl.vocab.labels)} labels",
           flush=True)
-    train_reading_workload(make_workload, args, "LAS", "adam", {"learning_rate": args.lr})
+    train_reading_workload(make_workload, args, "LAS", "adam", {"learning_rate": args.lr}, first=wl)
 
 
 if __name__ == "__main__":
