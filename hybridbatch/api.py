@@ -99,7 +99,7 @@ def _scalar_affine(x, a, c):
     scope = _local.scope
     if scope is not None and not scope.tracing and getattr(getattr(x, "dtype", None), "kind", "") == "f":
         scalars = np.array([a, c if c or c.__class__ is float else -0.0], dtype=x.dtype)
-        return scope.record(E.ScalarAffineOperand, (x, scope.constant(scalars)))
+        return scope.record(E.ScalarAffineOperand, (x, scope.owned_constant(scalars)))
     return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(a, c))
 
 

@@ -262,11 +262,14 @@ class batching:
                 raise ScopeError("a Future of this scope is already a recorded value: use it as it is "
                                  "(hb.array/constant take data, such as a numpy array)")
             raise ScopeError("a Future from another batching scope was used here")
-        value = backend.to_array(value)
-        sig = signature.intern(Input, (signature.type_id(value.shape, value.dtype),), ())
-        nid = self._add(sig, (), -1)
-        self.graph.constants[nid] = value
-        return Future(self, nid)
+        return self._owned_constant(backend.to_array(value))
+
+    def owned_constant(self, value):
+        """constant(value) for a fresh numpy array that nothing else holds: on the numpy
+        backend it is recorded without constant's copy."""
+        if self.open and backend.xp() is np:
+            return self._owned_constant(value)
+        return self.constant(value)
 
     # -- flushing ---------------------------------------------------------------------
     def forward(self):
@@ -305,9 +308,8 @@ class batching:
                 self._times["busy_inside"] += t2 - t0
 
     def _owned_constant(self, value):
-        """Record an input node holding `value`, a numpy array of a kernel dtype on the numpy
-        backend that nothing else will write (a fresh copy): the hot path of `constant`, its
-        Input signature looked up by the array's type."""
+        """Record an input node holding `value`, an array of the backend that nothing else will
+        write (a fresh copy), its Input signature looked up by the array's type."""
         key = (value.shape, value.dtype)
         sig = _input_sigs.get(key)
         if sig is None:
