@@ -22,11 +22,6 @@ class LayerNorm(HybridBlock):
         if not shape or shape[-1] != self.dim:
             raise ShapeError(f"LayerNorm({self.dim}) normalizes a last axis of length {self.dim}; "
                              f"the operand has shape {shape}")
-        centered = x - self._mean(x, shape)
-        scale = F.sqrt(self._mean(centered * centered, shape) + self.eps)
+        centered = x - F.mean(x, axis=-1, keepdims=True)
+        scale = F.sqrt(F.mean(centered * centered, axis=-1, keepdims=True) + self.eps)
         return centered / scale * self.gain + self.bias
-
-    def _mean(self, x, shape):
-        """The mean over the last axis, kept as an axis of length 1 to broadcast against x."""
-        mean = F.sum(x, axis=-1) * (1.0 / self.dim)
-        return F.reshape(mean, shape[:-1] + (1,)) if len(shape) > 1 else mean
