@@ -306,12 +306,17 @@ def conv2d(x, weight, bias=None, padding="same"):
     return apply(CV.Conv2D, (x, weight) if bias is None else (x, weight, bias))
 
 
-def _pool(op, x, k):
-    """One pooling node, its window k checked at the call (an int >= 1)."""
-    k = as_int(f"{op.name}'s k", k)
+def pool_window(name, k):
+    """k as an int, or the TypeError / ValueError of a pooling window that is not >= 1."""
+    k = as_int(f"{name}'s k", k)
     if k < 1:
-        raise ValueError(f"{op.name}'s window k must be at least 1, got {k}")
-    return apply(op, (x,), (k,))
+        raise ValueError(f"{name}'s window k must be at least 1, got {k}")
+    return k
+
+
+def _pool(op, x, k):
+    """One pooling node, its window k checked at the call."""
+    return apply(op, (x,), (pool_window(op.name, k),))
 
 
 def max_pool2d(x, k=2):
@@ -465,10 +470,13 @@ def squeeze(x, axis=None):
     ((3,), (3, 1))
     """
     shape = shape_of(x)
-    axes = range(len(shape)) if axis is None else _axes("squeeze", axis, x)
-    for a in axes:
-        if axis is not None and shape[a] != 1:
-            raise ValueError(f"squeeze axis {a} has length {shape[a]}, not 1 (shape {shape})")
+    if axis is None:
+        axes = range(len(shape))
+    else:
+        axes = _axes("squeeze", axis, x)
+        for a in axes:
+            if shape[a] != 1:
+                raise ValueError(f"squeeze axis {a} has length {shape[a]}, not 1 (shape {shape})")
     return reshape(x, tuple(n for i, n in enumerate(shape) if not (i in axes and n == 1)))
 
 
@@ -494,14 +502,12 @@ def stack(xs, axis=0):
     >>> hb.stack(rows, axis=1).shape
     (2, 2)
     """
-    xs = list(xs)
-    if not xs:
-        raise ValueError("stack needs at least one operand")
+    xs = _over_list("stack", xs)
     ndim = len(shape_of(xs[0]))
     axis = as_int("stack axis", axis)
     if not -ndim - 1 <= axis <= ndim:
         raise ValueError(f"stack axis {axis} out of range for {ndim}-D operands")
-    return apply(S.Stack, tuple(xs), (axis % (ndim + 1),))
+    return apply(S.Stack, xs, (axis % (ndim + 1),))
 
 
 def _first_sentence(doc):
@@ -510,9 +516,9 @@ def _first_sentence(doc):
 
 
 def _reduction(op, of_list=None, example=""):
-    """hb.<op.name>(x, axis=None, keepdims=False); with `of_list`, x may also be a list of
-    values of one type, reduced across the list only (elementwise), whatever its length in
-    one batch per type. `example` ends its docstring."""
+    """hb.<op.name>(x, axis=None, keepdims=False); with `of_list` (its list ops: ragged,
+    fixed count), x may also be a list of values of one type, reduced across the list only
+    (elementwise), whatever its length in one batch per type. `example` ends its docstring."""
     def function(x, axis=None, keepdims=False):
         if isinstance(x, (list, tuple)):
             if of_list is None:
@@ -521,7 +527,7 @@ def _reduction(op, of_list=None, example=""):
             if axis not in (None, 0) or keepdims:
                 raise ValueError(f"{op.name} over a list reduces the list (axis 0) only, without keepdims")
             xs = _over_list(op.name, x)
-            return xs[0] if len(xs) == 1 else of_list(xs)   # a list of one: that value, as add_n
+            return xs[0] if len(xs) == 1 else _list_op(*of_list, xs)   # a list of one: that value, as add_n
         return apply(op, (x,), (_axes(op.name, axis, x), bool(keepdims)))
     function.__name__ = function.__qualname__ = op.name
     function.__doc__ = (f"{_first_sentence(type(op).__doc__)} axis: None (every axis), an int or a tuple; "
@@ -531,7 +537,7 @@ def _reduction(op, of_list=None, example=""):
     return function
 
 
-sum = _reduction(R.Sum, add_n, """
+sum = _reduction(R.Sum, (E.RaggedAddN, E.AddN), """
 
     >>> x = hb.array([[1.0, 2.0], [3.0, 4.0]])
     >>> hb.sum(x).item(), hb.sum(x, axis=0).asnumpy(), hb.sum(x, axis=1, keepdims=True).shape
@@ -545,7 +551,7 @@ mean = _reduction(R.Mean, example="""
     >>> hb.mean(x).item(), hb.mean(x, axis=1).asnumpy()
     (2.5, array([1.5, 3.5], dtype=float32))
     """)
-max = _reduction(R.Max, lambda xs: _list_op(LS.RaggedMaxN, LS.MaxN, xs), """
+max = _reduction(R.Max, (LS.RaggedMaxN, LS.MaxN), """
 
     >>> x = hb.array([[1.0, 5.0], [3.0, 4.0]])
     >>> hb.max(x).item(), hb.max(x, axis=0).asnumpy()
@@ -553,13 +559,13 @@ max = _reduction(R.Max, lambda xs: _list_op(LS.RaggedMaxN, LS.MaxN, xs), """
     >>> hb.max([hb.array([1.0, 9.0]), hb.array([2.0, 0.0])]).asnumpy()
     array([2., 9.], dtype=float32)
     """)      # noqa: A001
-min = _reduction(R.Min, lambda xs: _list_op(LS.RaggedMinN, LS.MinN, xs), """
+min = _reduction(R.Min, (LS.RaggedMinN, LS.MinN), """
 
     >>> x = hb.array([[1.0, 5.0], [3.0, 4.0]])
     >>> hb.min(x).item(), hb.min(x, axis=1).asnumpy()
     (1.0, array([1., 3.], dtype=float32))
     """)      # noqa: A001
-logsumexp = _reduction(R.LogSumExp, lambda xs: _list_op(LS.RaggedLogSumExpN, LS.LogSumExpN, xs), """
+logsumexp = _reduction(R.LogSumExp, (LS.RaggedLogSumExpN, LS.LogSumExpN), """
 
     >>> round(hb.logsumexp(hb.array([0.0, 0.0])).item(), 3)
     0.693

@@ -31,9 +31,7 @@ class _Pool2D(Block):
 
     def __init__(self, k=2):
         super().__init__()
-        self.k = as_int(f"{type(self).__name__}'s k", k)
-        if self.k < 1:
-            raise ValueError(f"{type(self).__name__}'s window k must be at least 1, got {self.k}")
+        self.k = F.pool_window(type(self).__name__, k)
 
     def forward(self, x):
         return self.pool(x, self.k)

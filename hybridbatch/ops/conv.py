@@ -12,6 +12,7 @@ divides. Max pooling's gradient goes to the elements equal to the window's maxim
 equally where several tie, as hb.max's does (a relu before pooling ties at 0).
 """
 from ..kernels import blas
+from .reduce import tie_shared
 from .registry import Op, as_batched, batch_size, check, check_float, register
 
 
@@ -128,9 +129,8 @@ class MaxPool2D(_Pool):
         return self.windows(xs[0], sig.attrs[0]).max(axis=(3, 5))
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
-        at = self.windows(xs[0], sig.attrs[0]) == self.spread(y)
-        ties = at.sum(axis=(3, 5), keepdims=True, dtype=gy.dtype)
-        return ((at * (self.spread(gy) / ties)).reshape(xs[0].shape),)
+        g = tie_shared(self.windows(xs[0], sig.attrs[0]), self.spread(y), self.spread(gy), (3, 5))
+        return (g.reshape(xs[0].shape),)
 
 
 @register

@@ -122,16 +122,20 @@ class LogSumExp(_Reduce):
         return (_expanded(gy, sig) * xp.exp(xs[0] - _expanded(y, sig)),)
 
 
+def tie_shared(x, y, gy, axes):
+    """The gradient of a max or min over `axes` of x: gy (y's gradient, both broadcasting
+    against x) goes to the elements equal to y, shared equally where several tie (as
+    PyTorch's amax), so it is the same whatever order a kernel scans."""
+    at = x == y
+    return at * (gy / at.sum(axis=axes, keepdims=True, dtype=gy.dtype))
+
+
 class _Extreme(_Reduce):
-    """max or min: the gradient goes to the elements equal to the result, shared equally
-    where several tie (as PyTorch's amax), so it is the same whatever order a kernel scans."""
+    """max or min, differentiated by tie_shared."""
     needs_values = True
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
-        x = xs[0]
-        at = x == _expanded(y, sig)
-        ties = at.sum(axis=self.batch_axes(sig), keepdims=True, dtype=gy.dtype)
-        return (at * (_expanded(gy, sig) / ties),)
+        return (tie_shared(xs[0], _expanded(y, sig), _expanded(gy, sig), self.batch_axes(sig)),)
 
 
 @register
