@@ -98,7 +98,7 @@ def _assert_same(a, b):
 
 
 def _folded(plans):
-    return [signature.SIGS[p.batch_sig[b]].op.name for p in plans for b in p.folded]
+    return [signature.SIGS[p.run_sig[b]].op.name for p in plans for b in p.folded]
 
 
 @pytest.mark.parametrize("labels", [False, True])
@@ -162,8 +162,8 @@ def test_a_folded_batch_counts_as_its_recorded_signature_for_auto_granularity():
         model.cell(y, hb.tanh(model.emb(2)))     # reads the first: a batch of its own
     (plan,) = scope.plans
     assert len(plan.folded) == 1
-    assert len({signature.SIGS[plan.batch_sig[b]].id for b in range(plan.n_batches)
-                if signature.SIGS[plan.batch_sig[b]].op.name == "block:Cell"}) == 2
+    assert len({signature.SIGS[plan.run_sig[b]].id for b in range(plan.n_batches)
+                if signature.SIGS[plan.run_sig[b]].op.name == "block:Cell"}) == 2
     assert not model.cell.auto_inline
 
 

@@ -70,7 +70,7 @@ def choose_granularity(plan, inlined_calls, seconds):
     they are made (`inlined_calls`: block -> calls in this flush)."""
     seen = {}
     for b, size in enumerate(plan.sizes):
-        sig = plan.recorded_sig(b)      # as recorded, not as run
+        sig = plan.batch_sig[b]      # as recorded, not as run (run_sig)
         owner = signature.SIGS[sig].op.owner_block
         if owner is not None:
             sizes, sigs = seen.setdefault(owner, ([], set()))

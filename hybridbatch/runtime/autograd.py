@@ -234,7 +234,7 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             n_live = np.count_nonzero(live)     # one C call: ndarray.any/.all go through Python
             if n_live == 0 or all(grads[a] is None for a, _ in outs):
                 continue
-            sig = sigs[plan.batch_sig[b]]
+            sig = sigs[plan.run_sig[b]]
             op = sig.op
             size = plan.sizes[b]
             gathers = plan.gathers

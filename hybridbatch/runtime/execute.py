@@ -88,7 +88,7 @@ def _run_batches(plan, arenas, xp, origin):
     for b, size in enumerate(plan.sizes):
         if prof is not None:
             start = time.perf_counter()
-        sig = sigs[plan.batch_sig[b]]
+        sig = sigs[plan.run_sig[b]]
         op = sig.op
         dsts = [arenas[a][s:s + size] for a, s in plan.outs[b]]
         xs, aux = operands(plan, arenas, b, sig), plan.batch_aux(b, op)
@@ -106,7 +106,7 @@ def _run_batches(plan, arenas, xp, origin):
         if prof is not None:
             end = time.perf_counter()
             plan.forward_seconds[b] = end - start
-            prof.batch(plan.recorded_sig(b), size, start, end, "forward")
+            prof.batch(plan.batch_sig[b], size, start, end, "forward")
 
 
 def _inside(plan, arenas, b, sig, row, xp):
@@ -125,5 +125,5 @@ def raise_numerics(plan, b, sig, origin, what, row=0):
     """NumericsError naming node `row` of batch b, its signature as recorded (not as a looked-up
     input made it run) and the line that recorded it."""
     nid = plan.start + int(plan.batch_nodes(b)[row])
-    recorded = signature.SIGS[plan.recorded_sig(b)]
+    recorded = signature.SIGS[plan.batch_sig[b]]
     raise NumericsError(f"{sig.op.name} {what} in node {nid} ({recorded.describe()}), recorded at {origin[nid]}")

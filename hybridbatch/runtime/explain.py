@@ -95,7 +95,7 @@ def explain(scope):
     batches = defaultdict(list)      # recorded signature -> [(size, gathered, written, fwd s, bwd s)]
     singles = []
     for k, plan in enumerate(scope.plans):
-        recorded = [plan.recorded_sig(b) for b in range(len(plan.sizes))]
+        recorded = plan.batch_sig
         nodes_of = Counter()
         batches_of = Counter()
         for s, size in zip(recorded, plan.sizes):

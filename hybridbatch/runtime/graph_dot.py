@@ -30,7 +30,7 @@ def dot_text(scope):
         batch_of = np.full(n, -1, np.int64)
         for b in range(len(plan.sizes)):
             batch_of[plan.batch_nodes(b)] = b
-        names = [sigs[plan.recorded_sig(b)].op.name for b in range(len(plan.sizes))]
+        names = [sigs[s].op.name for s in plan.batch_sig]
         for v in range(n):
             if plan.extra_output[v]:
                 continue            # output j of the node before: drawn as that node

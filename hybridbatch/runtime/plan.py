@@ -381,7 +381,8 @@ class Plan:
         self.forward_seconds = self.backward_seconds = None
         ragged = np.array([op.ragged for op in ops], np.bool_)[sig_local]
         self.inside = np.zeros(len(sig_local), np.int64)   # per node: bit i, operand i looked up inside
-        self.folded = {}     # batch -> (its recorded signature, the operand looked up inside)
+        self.run_sig = self.batch_sig   # the signature each batch runs as: batch_sig itself until one is folded
+        self.folded = {}     # batch -> the operand position looked up inside
         lookup = np.array([op is Lookup and s.shared[0] for op, s in zip(ops, sigs)], np.bool_)
         if lookup.any() and settings.distinct_rows and xp is np:
             self._look_up_inside(sigs, sig_local, lookup, ragged)
@@ -415,20 +416,17 @@ class Plan:
                 self.aux_flat = np.concatenate([self.aux_flat, ints.ravel()])
             else:
                 self.aux[nodes] = words
-            self.batch_sig[b] = sig.id
-            self.folded[b] = (recorded.id, i)
+            if self.run_sig is self.batch_sig:
+                self.run_sig = list(self.batch_sig)
+            self.run_sig[b] = sig.id
+            self.folded[b] = i
             self.inside[nodes] |= 1 << i
-
-    def recorded_sig(self, b):
-        """Batch b's signature as its nodes were recorded (`batch_sig` holds the one it runs)."""
-        folded = self.folded.get(b)
-        return self.batch_sig[b] if folded is None else folded[0]
 
     def recorded_operand(self, b, j):
         """Operand j of batch b as it runs, numbered as recorded: an input looked up inside
         moved the ones after it down."""
         folded = self.folded.get(b)
-        return j if folded is None or j < folded[1] else j + 1
+        return j if folded is None or j < folded else j + 1
 
     def batch_aux(self, b, op):
         """Batch b's integers for `op`: (B,) for one per node, (B, k) for ops taking k (block

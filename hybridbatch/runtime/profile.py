@@ -83,7 +83,7 @@ class Profile:
         now = time.perf_counter()
         if self._open is not None:
             done, k, start = self._open
-            self.batch(done.recorded_sig(k), done.sizes[k], start, now, "backward")
+            self.batch(done.batch_sig[k], done.sizes[k], start, now, "backward")
             done.backward_seconds[k] += now - start
         if plan is not None and plan.backward_seconds is None:
             plan.backward_seconds = [0.0] * len(plan.sizes)
