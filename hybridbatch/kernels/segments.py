@@ -20,16 +20,22 @@ def segment_sums(xp, flat, counts):
     """Row b of the result: the sum of the next counts[b] rows of flat, added one after
     another from the first, as eager add_n adds its operands (so the bits match). counts: a
     host int64 array of positive counts summing to len(flat)."""
-    out = xp.empty((len(counts),) + flat.shape[1:], flat.dtype)
     if xp is np and flat.dtype.kind in "fiuc" and flat.dtype != np.float16:   # numba's types
+        out = np.empty((len(counts),) + flat.shape[1:], flat.dtype)
         _segment_sums(flat.reshape(len(flat), -1), counts, out.reshape(len(counts), -1))
         return out
-    # cupy, float16, bool: one indexed add per operand position, in the same order
+    return _by_position(xp, xp.add, flat, counts)     # cupy, float16, bool: in the same order
+
+
+def _by_position(xp, step, flat, counts):
+    """Each segment's rows combined by `step` (a ufunc of xp) from its first, one indexed
+    step per operand position across every segment that long."""
     first = np.cumsum(counts) - counts
-    out[...] = flat[xp.asarray(first)]
+    out = flat[xp.asarray(first)]
     for i in range(1, int(counts.max())):
         more = np.flatnonzero(counts > i)
-        out[xp.asarray(more)] += flat[xp.asarray(first[more] + i)]
+        rows = xp.asarray(more)
+        out[rows] = step(out[rows], flat[xp.asarray(first[more] + i)])
     return out
 
 
@@ -43,11 +49,4 @@ def segment_reduce(xp, ufunc, flat, counts):
     counts[b] rows of flat, each segment alone, so a node's result is the same in any batch."""
     if xp is np:
         return ufunc.reduceat(flat, np.cumsum(counts) - counts, axis=0)
-    first = np.cumsum(counts) - counts      # cupy: one step per operand position, as segment_sums
-    step = getattr(xp, ufunc.__name__)
-    out = flat[xp.asarray(first)]
-    for i in range(1, int(counts.max())):
-        more = np.flatnonzero(counts > i)
-        rows = xp.asarray(more)
-        out[rows] = step(out[rows], flat[xp.asarray(first[more] + i)])
-    return out
+    return _by_position(xp, getattr(xp, ufunc.__name__), flat, counts)
