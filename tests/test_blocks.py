@@ -404,7 +404,7 @@ def test_auto_granularity_tries_inlining_only_blocks_that_batch_poorly():
         """A chain of child-sum calls whose arity varies along it (one small batch per call)."""
         h, c = child_sum(emb(depth))
         for k in range(depth):
-            states = [h, c] + [s for _ in range(k % 3) for s in child_sum(emb(1))]
+            states = [h, c] * (1 + k % 3)
             h, c = child_sum(np.ones(4, np.float32), *states)
         return h
 
@@ -430,6 +430,28 @@ def test_auto_granularity_tries_inlining_only_blocks_that_batch_poorly():
     assert len(measured[False]) == WHOLE_SAMPLES and len(measured[True]) == 1
     assert child_sum.auto_inline == (min(measured[True]) < min(measured[False]))
     assert not lstm.auto_inline and not lstm.auto_choice.costs[True]
+
+
+def test_auto_granularity_leaves_whole_a_block_whose_calls_mostly_batch_well():
+    """Rare signatures in small batches do not make a candidate while most calls share big
+    batches: the batch counts' median is small here, the calls' median is not."""
+    from hybridbatch.hybrid.granularity import WHOLE_SAMPLES
+    cell = nn.ChildSumTreeLSTMCell(4, 4, seed=2)
+    cell.hybridize()
+    x = np.ones(4, np.float32)
+
+    def build():
+        leaves = [cell(x * i) for i in range(40)]                 # one batch of 40 calls
+        tops = [cell(x, *[s for h_c in leaves[i:i + arity] for s in h_c])
+                for i, arity in ((0, 1), (3, 2), (6, 3))]          # three arities, one call each
+        return hb.add_n([hb.sum(h) for h, _ in tops])
+
+    for _ in range(WHOLE_SAMPLES + 2):
+        with hb.batching(granularity="auto") as scope:
+            loss = build()
+        assert scope.stats.batches == 1 + 3 + 2      # the leaves, a batch per arity, sums, add_n
+        np.testing.assert_allclose(loss.asnumpy(), build().asnumpy(), rtol=1e-5)
+    assert not cell.auto_inline and not cell.auto_choice.costs[True]
 
 
 def test_parameters_lists_a_shared_parameter_once():

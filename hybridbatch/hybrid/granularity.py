@@ -4,8 +4,11 @@ measured cost.
 A hybridized block starts whole (one graph node per call: the cheaper graph to record and
 schedule). Inlining can only pay where its whole calls batch poorly because they come in
 several signatures (arities, shapes) that its primitive ops would merge: such a block
-becomes a *candidate* when a flush shows its calls in two or more signatures with a median
-batch below `settings.auto_min_batch`. A candidate is then measured both ways. A flush's
+becomes a *candidate* when a flush shows its calls in two or more signatures and half of
+its calls or more in batches below `settings.auto_min_batch`: the batch its median call ran
+in is small. (Counted per batch instead, a child-sum cell's rare arities, a few calls each,
+outvote the common ones that hold nearly every call, and every such model pays for an
+inlined trial that cannot win.) A candidate is then measured both ways. A flush's
 cost is the recording since the previous flush (or since the scope opened, or since a
 backward) plus scheduling and execution, divided by the block's calls in it. After
 `WHOLE_SAMPLES` flushes whole (the first pays the tracing), one flush runs it inlined, and
@@ -14,8 +17,6 @@ machine's noise only ever adds time. Every `REVISIT` flushes one flush runs the 
 again, so the choice follows the data when its shapes drift. The choice lives on the block
 (`block.auto_inline`) and applies from its next call on, in this scope and later ones.
 """
-import statistics
-
 from ..config import settings
 from ..kernels.compiling import log
 from ..record import signature
@@ -77,8 +78,9 @@ def choose_granularity(plan, inlined_calls, seconds):
             sizes.append(size)
             sigs.add(sig)
     for block, (sizes, sigs) in seen.items():
-        poorly = len(sigs) >= 2 and statistics.median(sizes) < settings.auto_min_batch
-        _choose(block, seconds / sum(sizes), poorly)
+        calls = sum(sizes)
+        poorly = len(sigs) >= 2 and 2 * sum(s for s in sizes if s < settings.auto_min_batch) >= calls
+        _choose(block, seconds / calls, poorly)
     for block, n in inlined_calls.items():
         _choose(block, seconds / n, False)
 
