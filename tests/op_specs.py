@@ -550,7 +550,7 @@ def _conv_dims(k):
 
 _map = (lambda d: (d["c"], d["h"], d["w"]), "any")
 _kernel = (lambda d: (d["o"], d["c"], d["k"], d["k"]), "any")
-for _k in (1, 3):
+for _k in (1, 3, 5):
     spec(f"conv2d_{_k}x{_k}", "conv2d", _conv_dims(_k), [_map, _kernel, (lambda d: (d["o"],), "any")],
          lambda xs, d, a: hb.conv2d(*xs), lambda xs, d, a: conv2d_np(*xs))
 spec("conv2d_3x3_no_bias", "conv2d", _conv_dims(3), [_map, _kernel],
