@@ -91,7 +91,8 @@ DECLARED = {
     # from HYBRIDBATCH_BLAS ("auto" where it is unset, or asks for MKL and MKL does not load).
     "blas": Setting("auto", _blas_mode),
     # granularity="auto" measures a block inlined as well as whole once its calls in a flush
-    # came in several signatures, half of them or more in batches below this (hybrid/granularity.py).
+    # came in several signatures, with a median batch below this and 1 call in 8 or more in
+    # such a batch (hybrid/granularity.py).
     "auto_min_batch": Setting(8, _count),
     # Bytes of idle arena buffers each thread's pool keeps for reuse (runtime/memory.py);
     # lowering it keeps fewer from then on, it does not free what is pooled.

@@ -4,11 +4,13 @@ measured cost.
 A hybridized block starts whole (one graph node per call: the cheaper graph to record and
 schedule). Inlining can only pay where its whole calls batch poorly because they come in
 several signatures (arities, shapes) that its primitive ops would merge: such a block
-becomes a *candidate* when a flush shows its calls in two or more signatures and half of
-its calls or more in batches below `settings.auto_min_batch`: the batch its median call ran
-in is small. (Counted per batch instead, a child-sum cell's rare arities, a few calls each,
-outvote the common ones that hold nearly every call, and every such model pays for an
-inlined trial that cannot win.) A candidate is then measured both ways. A flush's
+becomes a *candidate* when a flush shows its calls in two or more signatures, a median
+batch below `settings.auto_min_batch`, and at least one call in `SMALL_SHARE` (8) in such
+a small batch. Inlining adds its steps' recording to every call, and all it can win back
+is on the calls that batched poorly: a child-sum cell over dependency trees (12 arities,
+median batch 7) holds 4% of its calls in small batches and costs 2x per call inlined,
+while the n-ary combiner of benchmarks/bench_auto.py holds 18% there and costs about the
+same either way. A candidate is then measured both ways. A flush's
 cost is the recording since the previous flush (or since the scope opened, or since a
 backward) plus scheduling and execution, divided by the block's calls in it. After
 `WHOLE_SAMPLES` flushes whole (the first pays the tracing), one flush runs it inlined, and
@@ -17,11 +19,14 @@ machine's noise only ever adds time. Every `REVISIT` flushes one flush runs the 
 again, so the choice follows the data when its shapes drift. The choice lives on the block
 (`block.auto_inline`) and applies from its next call on, in this scope and later ones.
 """
+import statistics
+
 from ..config import settings
 from ..kernels.compiling import log
 from ..record import signature
 
 WHOLE_SAMPLES = 2   # flushes measured whole before the first inlined one
+SMALL_SHARE = 8     # a candidate has at least 1 in SMALL_SHARE of its calls in small batches
 KEEP = 4            # recent per-call costs kept per mode
 REVISIT = 200       # flushes after a choice before the other mode is measured again
 
@@ -77,9 +82,11 @@ def choose_granularity(plan, inlined_calls, seconds):
             sizes, sigs = seen.setdefault(owner, ([], set()))
             sizes.append(size)
             sigs.add(sig)
+    small = settings.auto_min_batch
     for block, (sizes, sigs) in seen.items():
         calls = sum(sizes)
-        poorly = len(sigs) >= 2 and 2 * sum(s for s in sizes if s < settings.auto_min_batch) >= calls
+        poorly = (len(sigs) >= 2 and statistics.median(sizes) < small
+                  and SMALL_SHARE * sum(s for s in sizes if s < small) >= calls)
         _choose(block, seconds / calls, poorly)
     for block, n in inlined_calls.items():
         _choose(block, seconds / n, False)
