@@ -545,7 +545,9 @@ def conv2d_np(x, w, b=None):
 
 
 def _conv_dims(k):
-    return lambda rng: {"c": rint(rng, 1, 3), "o": rint(rng, 1, 3), "h": rint(rng, 1, 4), "w": rint(rng, 1, 4), "k": k}
+    side = max(4, k + 2)      # maps smaller and larger than the window
+    return lambda rng: {"c": rint(rng, 1, 3), "o": rint(rng, 1, 3), "h": rint(rng, 1, side), "w": rint(rng, 1, side),
+                        "k": k}
 
 
 _map = (lambda d: (d["c"], d["h"], d["w"]), "any")

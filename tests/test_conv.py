@@ -8,6 +8,7 @@ import pytest
 import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.kernels import blas
+from hybridbatch.ops import conv as conv2d
 
 C, SIDE, CLASSES = 4, 6, 3
 
@@ -118,6 +119,24 @@ def test_convolutions_with_a_shared_weight_run_as_one_product(monkeypatch):
     assert rows == [(6 * 4 * 7, 3 * 3 * 3)]
     for x, y in zip(maps, ys):
         np.testing.assert_allclose(y.asnumpy(), conv(x).asnumpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_shared_weight_is_reordered_once_per_run_and_its_products_see_one_array(monkeypatch):
+    """Within a forward or backward run (a packing scope) a shared weight's (i, j, c) layout
+    is made once for correlating and once for the input gradient, and every batch's product
+    gets that same array: MKL can pack it from its second product on."""
+    made, weights = [], []
+    reorder, product = conv2d._weight_rows, blas.shared_product
+    monkeypatch.setattr(conv2d, "_weight_rows", lambda xp, w, flip=False: made.append(flip) or reorder(xp, w, flip))
+    monkeypatch.setattr(blas, "shared_product", lambda x, w: weights.append(w) or product(x, w))
+    rng = np.random.default_rng(2)
+    conv = nn.Conv2D(3, 3, 3, seed=0)
+    with hb.batching(granularity="op"):
+        h = [hb.relu(conv(rng.standard_normal((3, 5, 5)).astype(np.float32))) for _ in range(3)]
+        loss = hb.add_n([hb.sum(conv(x)) for x in h])           # a second batch of the same weight
+    loss.backward()
+    assert made == [False, True]      # forward; backward's input gradient (of the second batch)
+    assert len(weights) == 3 and weights[0].base is weights[1].base
 
 
 @pytest.mark.parametrize("in_scope", [False, True])

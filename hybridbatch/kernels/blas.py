@@ -413,7 +413,8 @@ def mkl_sums(rows):
 
 @contextlib.contextmanager
 def packing():
-    """Within: each shared weight is packed once, on its second product, and reused."""
+    """Within: each shared weight is packed once, on its second product, and reused; arrays
+    derived from weights (`scoped`) are made once."""
     outer = getattr(_state, "packed", None)
     if outer is None:
         _state.packed = {}
@@ -422,6 +423,21 @@ def packing():
     finally:
         if outer is None:
             _state.packed = None
+
+
+def scoped(a, tag, make):
+    """make()'s array, made once per `packing()` scope for array `a` (a shared weight) and
+    `tag`, and kept there with `a`: an array derived from a weight (a convolution's
+    reordered weight) keeps one address through the scope, so MKL packs it as it packs the
+    weight itself. Outside a scope, make() every time."""
+    cache = getattr(_state, "packed", None)
+    if cache is None:
+        return make()
+    key = (id(a), tag)
+    hit = cache.get(key)
+    if hit is None:
+        hit = cache[key] = (a, make())      # holding a keeps its id from being reused in the scope
+    return hit[1]
 
 
 @njit(cache=True)

@@ -24,14 +24,20 @@ def _rows(xp, x, k):
     8 x 8, 6 to 64 maps)."""
     B, C, H, W = x.shape
     p = k // 2
-    padded = xp.zeros((B, H + 2 * p, W + 2 * p, C), x.dtype)
-    padded[:, p:p + H, p:p + W] = x.transpose(0, 2, 3, 1)
+    padded = x.transpose(0, 2, 3, 1)
+    if p:
+        padded = xp.zeros((B, H + 2 * p, W + 2 * p, C), x.dtype)
+        padded[:, p:p + H, p:p + W] = x.transpose(0, 2, 3, 1)
     windows = xp.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))   # (B, H, W, C, k, k)
     return xp.ascontiguousarray(windows.transpose(0, 1, 2, 4, 5, 3)).reshape(B * H * W, k * k * C)
 
 
-def _weight_rows(xp, w):
-    """w (..., O, C, k, k) as (..., O, k * k * C), C-ordered: its columns in `_rows`' order."""
+def _weight_rows(xp, w, flip=False):
+    """w (..., O, C, k, k) as (..., O, k * k * C), C-ordered: its columns in `_rows`' order.
+    flip: of the weight that correlates an output gradient back to the input (flipped in
+    space, its channel axes swapped)."""
+    if flip:
+        w = w[..., ::-1, ::-1].swapaxes(-4, -3)
     return xp.ascontiguousarray(xp.moveaxis(w, -3, -1)).reshape(w.shape[:-3] + (-1,))
 
 
@@ -41,17 +47,21 @@ def _weight_from_rows(xp, g, shape):
     return xp.ascontiguousarray(xp.moveaxis(g.reshape(tuple(lead) + (k, k, C)), -1, -3))
 
 
-def _correlate(xp, x, w, w_shared):
+def _correlate(xp, x, w, w_shared, flip=False):
     """y[b, o] = sum over c of x[b, c] correlated with w[o, c] ([b, o, c] per instance), same
-    padding: (B, O, H, W)."""
+    padding: (B, O, H, W); with flip, correlated with the flipped weight (`_weight_rows`). A
+    shared weight is reordered once per packing scope (`blas.scoped`), so that MKL packs it
+    from its second product on, as it packs a layer's weight."""
     B, _, H, W = x.shape
-    O, k = w.shape[-4], w.shape[-1]
+    k = w.shape[-1]
     rows = _rows(xp, x, k)
     if w_shared:
-        y = blas.shared_product(rows, _weight_rows(xp, w).T)
+        w_rows = blas.scoped(w, ("conv2d", flip), lambda: _weight_rows(xp, w, flip))
+        y = blas.shared_product(rows, w_rows.T)
     else:
-        y = xp.matmul(rows.reshape(B, H * W, -1), _weight_rows(xp, w).transpose(0, 2, 1))
-    return y.reshape(B, H, W, O).transpose(0, 3, 1, 2)
+        w_rows = _weight_rows(xp, w, flip)
+        y = xp.matmul(rows.reshape(B, H * W, -1), w_rows.transpose(0, 2, 1))
+    return y.reshape(B, H, W, w_rows.shape[-2]).transpose(0, 3, 1, 2)
 
 
 @register
@@ -87,7 +97,7 @@ class Conv2D(Op):
         w = xs[1]
         grads = [None] * len(xs)
         if needs[0]:
-            gx = _correlate(xp, gy, w[..., ::-1, ::-1].swapaxes(-4, -3), w_shared)
+            gx = _correlate(xp, gy, w, w_shared, flip=True)
             grads[0] = gx.sum(axis=0) if x_shared else gx
         if needs[1]:
             B, O, H, W = gy.shape
