@@ -7,12 +7,12 @@ its weights faster than memory gives them. This prints, on this machine:
   bench's efficiency figures divide by;
 - W7's convolution products as ops/conv.py runs them, a 3x3 convolution of 32 channels on
   8 x 8 being one im2col product per instance: forward (rows x 288) @ W^T (a transposed
-  (32, 288) weight), the input gradient (rows x 32) @ W, and the weight gradient
-  G^T (32 x rows) @ (rows x 288), at one instance's rows (64) and at 6 to 64 instances';
-- the fastest product rate seen on any shape here (64 to 512 rows by a transposed
-  1280 x 512 weight), a ceiling for every workload's products;
-- W8's expert product, a few rows times a 256 x 256 weight: in cache, and streamed from
-  memory over 2,048 weights (1,024 experts, two layers: 512 MiB);
+  (32, 288) weight; the input gradient is the same product, of the output gradient's rows
+  by the flipped weight) and the weight gradient G^T (32 x rows) @ (rows x 288), at one
+  instance's rows (64) and at 6 to 64 instances';
+- a wide layer's product (64 to 512 rows by a transposed 1280 x 512 weight), for scale;
+- W8's expert product, a few rows times a (transposed) 256 x 256 weight, as nn.Dense runs it:
+  in cache, and streamed from memory over 2,048 weights (1,024 experts, two layers: 512 MiB);
 - the read bandwidth of one thread (numpy's sum over a 512 MiB array).
 
 RESULTS.md turns these into the ceilings on the W7 and W8 acceptance figures.
@@ -54,9 +54,9 @@ def product_rate(rows, k, n, rng, transposed=False, gradient=False):
     weight a transposed (n, k) array where `transposed`; with `gradient`, the weight gradient's
     (k x rows) @ (rows x n) summing over the rows (blas.gemm)."""
     x = rng.standard_normal((rows, k)).astype(np.float32)
-    if gradient:
-        g = rng.standard_normal((rows, n)).astype(np.float32)
-        product = lambda: blas.gemm(x.T, g)  # noqa: E731
+    if gradient:            # x plays the output gradient G, `summed` the rows it meets
+        summed = rng.standard_normal((rows, n)).astype(np.float32)
+        product = lambda: blas.gemm(x.T, summed)  # noqa: E731
     else:
         w = rng.standard_normal((n, k)).astype(np.float32).T if transposed else rng.standard_normal((k, n)).astype(np.float32)
         product = lambda: blas.shared_product(x, w)  # noqa: E731
@@ -72,7 +72,7 @@ def streamed_expert_rate(rows, rng, weights=2048):
 
     def one_pass():
         for w in ws:
-            blas.shared_product(x, w)
+            blas.shared_product(x, w.T)     # a Dense layer's x @ W^T
 
     seconds = best_seconds(one_pass, 1, rounds=3)
     return 2 * rows * 256 * 256 * weights / seconds / 1e9, weights * 256 * 256 * 4 / seconds / 1e9
@@ -93,17 +93,17 @@ def main(argv=None):
     rows_w7 = (64, 384, 1024, 4096)
     out = {"machine": machine_info(), "reference_gflops": ref,
            "w7_forward_gflops": {r: product_rate(r, 288, 32, rng, transposed=True) for r in rows_w7},
-           "w7_input_gradient_gflops": {r: product_rate(r, 32, 288, rng) for r in rows_w7},
            "w7_weight_gradient_gflops": {r: product_rate(r, 32, 288, rng, gradient=True) for r in rows_w7},
-           "best_product_gflops": max(product_rate(r, 512, 1280, rng, transposed=True) for r in (64, 128, 256, 512)),
-           "w8_expert_product_in_cache_gflops": {rows: product_rate(rows, 256, 256, rng) for rows in (1, 8, 64)}}
+           "wide_layer_gflops": max(product_rate(r, 512, 1280, rng, transposed=True) for r in (64, 128, 256, 512)),
+           "w8_expert_product_in_cache_gflops": {rows: product_rate(rows, 256, 256, rng, transposed=True)
+                                                 for rows in (1, 8, 64)}}
     out["w8_expert_product_streamed_gflops"], out["w8_weights_streamed_gbs"] = streamed_expert_rate(8, rng)
     out["read_bandwidth_gbs"] = read_bandwidth(rng)
     print(f"reference GEMM 1024x512 @ 512x1280: {ref:.1f} GFLOP/s")
-    for name, what in (("w7_forward_gflops", "forward (rows x 288) @ W^T"), ("w7_input_gradient_gflops", "input gradient (rows x 32) @ W"),
+    for name, what in (("w7_forward_gflops", "forward and input gradient (rows x 288) @ W^T"),
                        ("w7_weight_gradient_gflops", "weight gradient G^T (32 x rows) @ (rows x 288)")):
         print(f"W7 convolution {what}: " + ", ".join(f"{r} rows {v:.1f}" for r, v in out[name].items()) + " GFLOP/s")
-    print(f"fastest product seen (a transposed 1280 x 512 weight): {out['best_product_gflops']:.1f} GFLOP/s")
+    print(f"a wide layer (rows by a transposed 1280 x 512 weight), best: {out['wide_layer_gflops']:.1f} GFLOP/s")
     for rows, r in out["w8_expert_product_in_cache_gflops"].items():
         print(f"W8 expert product {rows} rows @ 256 x 256, weight in cache: {r:.1f} GFLOP/s")
     print(f"W8 expert product 8 rows over 2,048 weights (512 MiB), streamed: "
