@@ -279,36 +279,39 @@ def test_a_block_says_once_that_its_kernels_compile_and_nothing_once_they_are_ca
 
 
 SCRIPT = textwrap.dedent("""
-    import json, time
+    import json, os, time
     from hybridbatch.kernels import compiling, fused
     from test_compile_background import Steps, _step
 
     compiling.IDLE_SECONDS = 0.2
-    ready, workers = [], []
+    ready, workers, nicer = [], [], []
     for hidden in (8, 12):          # the second after the first worker retired, idle
         model = Steps(hidden)
         _step(model)
         workers.append(compiling._worker)
         runs = model.runs()
         waited = all(run.kernels.job.done.wait(300) for run in runs)
+        nicer.append(os.getpriority(os.PRIO_PROCESS, workers[-1].process.pid) - os.getpriority(os.PRIO_PROCESS, 0))
         _step(model)
         ready.append(waited and all(run.kernels.ready for run in runs))
         while workers[-1].process.poll() is None:
             time.sleep(0.05)
     retired = [w.retired and not w.died for w in workers]
-    print(json.dumps([ready, retired, workers[0] is not workers[1], *fused.compile_stats()]))
+    print(json.dumps([ready, retired, workers[0] is not workers[1], nicer, *fused.compile_stats()]))
 """)
 
 
 def test_the_worker_process_compiles_into_the_cache_the_process_loads_from(tmp_path):
-    """The real worker: it compiles the kernels, the training process only loads them; idle,
-    it exits, and the next kernels start another."""
+    """The real worker: it compiles the kernels, the training process only loads them; it
+    runs WORKER_NICENESS below the training process; idle, it exits, and the next kernels
+    start another."""
     env = dict(os.environ, HYBRIDBATCH_CACHE_DIR=str(tmp_path), PYTHONPATH=os.path.dirname(__file__))
     env.pop("NUMBA_CACHE_DIR", None)
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    ready, retired, two, hits, compiled = json.loads(out.stdout.strip().splitlines()[-1])
+    ready, retired, two, nicer, hits, compiled = json.loads(out.stdout.strip().splitlines()[-1])
     assert ready == [True, True] and retired == [True, True] and two
+    assert nicer == [compiling.WORKER_NICENESS] * 2
     assert hits > 0 and compiled == 0
     assert out.stderr.count("compiling 1 fused kernel module in the background") == 2
     assert list(tmp_path.glob("__pycache__/fused_*.nbi"))

@@ -74,6 +74,11 @@ class Job:
 
 IDLE_SECONDS = 60      # a worker with nothing to compile for this long exits (it holds about 180 MB)
 WORKER_NICENESS = 10   # added to the worker's nice value: about a tenth of a core against a busy training process
+# The worker lowers its priority before it imports anything: importing hybridbatch and numba
+# takes about 0.5 s of CPU, which at full priority slowed a pinned training process's first
+# minibatches 2x.
+_WORKER = (f"import os\nif hasattr(os, 'nice'):\n    os.nice({WORKER_NICENESS})\n"
+           "from hybridbatch.kernels.compiling import serve\nserve()")
 
 
 class _Worker:
@@ -91,9 +96,8 @@ class _Worker:
         self.finished = 0
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", "from hybridbatch.kernels.compiling import serve; serve()"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+        self.process = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
         atexit.register(self.close)
         threading.Thread(target=self._replies, name="hybridbatch-kernel-compiles", daemon=True).start()
 
@@ -196,12 +200,10 @@ def wait(timeout=None):
 
 def serve():
     """The worker: compile each job read from stdin into numba's disk cache, answer on stdout.
-    At a lower priority (WORKER_NICENESS) where the OS has one: on a busy or single core the
-    training process keeps the CPU and its batches run unfused a little longer, rather than
-    sharing the core with a compile for seconds (a child-sum Tree-LSTM's four kernel modules
-    took 4.5 s of CPU)."""
-    if hasattr(os, "nice"):
-        os.nice(WORKER_NICENESS)
+    It runs at a lower priority (WORKER_NICENESS, set by `_WORKER` where the OS has one): on a
+    busy or single core the training process keeps the CPU and its batches run unfused a
+    little longer, rather than sharing the core with a compile for seconds (a child-sum
+    Tree-LSTM's four kernel modules took 4.5 s of CPU)."""
     replies = os.dup(1)
     os.dup2(2, 1)                         # whatever compiling prints goes to stderr, not into the replies
     log.setLevel(logging.WARNING)
