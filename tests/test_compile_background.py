@@ -165,6 +165,34 @@ def _first_head_step(block, fusion=True):
     return loss.item(), [block.w.grad.copy(), block.b.grad.copy()]
 
 
+def test_rows_the_loss_does_not_reach_are_differentiated_unfused_alike(held, monkeypatch):
+    """A batch's forward keeps its unfused runs' values, for every row; a backward that
+    reaches only some rows (`saved_rows`) recomputes them for those rows."""
+    from hybridbatch.hybrid.composite import Composite
+    subsets = []
+    saved_rows = Composite.saved_rows
+    monkeypatch.setattr(Composite, "saved_rows", staticmethod(lambda saved, live: subsets.append(saved.unfused)
+                                                              or saved_rows(saved, live)))
+    model = Steps()
+
+    def step():
+        for p in (model.cell.weight, model.cell.bias):
+            p.zero_grad()
+        with hb.batching(granularity="block"):
+            loss = model.record()
+            h = c = np.zeros(model.hidden, np.float32)
+            for x in model.xs[0]:
+                h, c = model.cell(2.0 * x, h, c)        # a sequence no loss reads
+        loss.backward()
+        return loss.item(), model.grads()
+
+    got = step()
+    assert not any(run.kernels.ready for run in model.runs())
+    assert subsets and all(kept for kept in subsets)          # the unfused runs' values were kept
+    with hb.settings(fusion=False, compile_in_background=False):
+        _assert_agree(got, step())
+
+
 def test_a_backward_of_fewer_outputs_goes_unfused_while_its_kernel_compiles(held):
     """The log's output is never read: the run's backward needs a kernel without its terms,
     which compiles apart from the run's own pair; meanwhile that backward goes unfused."""

@@ -183,15 +183,15 @@ class Composite(Op):
 
     def _forward_unfused(self, xp, run, vals, size):
         """A run's steps one by one, its kernels still compiling; its backward in this batch
-        then runs them one by one too (`vals.unfused`)."""
+        then runs them one by one too, from the values kept here (`vals.unfused`)."""
         local = self._run_inputs(run, vals)
         for step in run.steps:
             self._step(xp, step, local, None, size)
         for slot in run.outputs:
             vals[slot] = local[slot]
         if vals.unfused is None:
-            vals.unfused = set()
-        vals.unfused.add(run)
+            vals.unfused = {}
+        vals.unfused[run] = local
 
     @staticmethod
     def _run_inputs(run, vals):
@@ -261,12 +261,15 @@ class Composite(Op):
                 grads.add(key, g)
 
     def _backward_unfused(self, xp, run, vals, grads, wanted, size):
-        """A run's backward step by step: its forward values recomputed from its inputs (as
-        its kernel does), its steps differentiated as unfused ones, each input's gradient
+        """A run's backward step by step: from its forward values kept by `_forward_unfused`,
+        or, where its forward ran fused (or for some of its rows), recomputed from its inputs
+        as its kernel does; its steps differentiated as unfused ones, each input's gradient
         (and a bias's, summed over rows) added where the kernel would add it."""
-        local = self._run_inputs(run, vals)
-        for step in run.steps:
-            self._step(xp, step, local, None, size)
+        local = vals.unfused.get(run) if vals.unfused is not None else None
+        if local is None:
+            local = self._run_inputs(run, vals)
+            for step in run.steps:
+                self._step(xp, step, local, None, size)
         inner = _Grads(len(vals))
         for slot in run.outputs:
             if grads[slot] is not None:
@@ -326,7 +329,8 @@ class Composite(Op):
             distinct, used = distinct.rows(live)
             inner = distinct.part.inner
         rows = _Values(v if v is None else v[used] if i in inner else v[live] for i, v in enumerate(saved))
-        rows.units, rows.distinct, rows.unfused = saved.units, distinct, saved.unfused
+        rows.units, rows.distinct = saved.units, distinct
+        rows.unfused = None if saved.unfused is None else dict.fromkeys(saved.unfused)   # kept values: all rows
         return rows
 
 
@@ -335,7 +339,8 @@ class _Values(list):
     follows the same plan (a fused run leaves its inner slots empty, and a bias folded into
     a run is missing from its affine's slot). distinct: the batch's Distinct where its keyed
     part ran once per key (its inner slots then hold one row per key), else None. unfused:
-    the fused runs that ran step by step, their kernels still compiling, or None."""
+    the fused runs that ran step by step, their kernels still compiling, each with the slot
+    values its steps made (None for a backward of some of the rows: recomputed), or None."""
 
     __slots__ = ("units", "distinct", "unfused")
 
