@@ -19,10 +19,11 @@ one run per natural model under every other policy of {--policy, hb.batching's d
 tail-last} counts batches against ED-Batch's lower bound (the rounds count them under
 --policy). With --cold, CHILDSUM's compile latency at --granularity: `python -m hybridbatch.bench CHILDSUM
 --cold` with HYBRIDBATCH_CACHE_DIR and NUMBA_CACHE_DIR in fresh folders (every numba function
-and fused kernel compiles), in fresh folders after the install step's warm-up of W1 only (a
-cell the caches have never seen), and there again after the warm-up of CHILDSUM (what `make`
-leaves); each process's first --cold-instances against its own steady pass over the same
-instances (harness.run_cold_start).
+and fused kernel compiles), in fresh folders after the install step's warm-up with CHILDSUM at
+hidden 128 (every hybridbatch function compiled, the cell's kernels at its own size never: a
+new cell), and in fresh folders after the install step's warm-up (what `make` leaves); each
+process's first --cold-instances against its own steady pass over the same instances
+(harness.run_cold_start).
 """
 import argparse
 import inspect
@@ -122,27 +123,34 @@ def _ratios(runs, pairs):
 
 
 COLD_CASES = (("empty_cache", "empty caches"), ("new_cell", "a new cell"), ("installed", "after install"))
+NEW_CELL_OTHER_HIDDEN = 128     # the "new cell" caches hold the child-sum cell's kernels at this size only
 
 
-def _warm_up(args, workload, env):
-    """The install step's warm-up of one workload into the caches `env` names."""
-    cmd = [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up", workload]
+def _warm_up(args, workloads, env, hidden=None):
+    """The install step's warm-up of some workloads into the caches `env` names (at
+    `hidden` instead of their default size)."""
+    cmd = [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up", *workloads]
+    if hidden is not None:
+        cmd += ["--hidden", str(hidden)]
     subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **THREADS, **env),
                    check=True, stdout=subprocess.DEVNULL)
 
 
 def _cold(args, tmp):
     """CHILDSUM --cold in three states of the caches (COLD_CASES): both empty (every numba
-    function and kernel compiles); hybridbatch's functions compiled by W1's warm-up but the
-    child-sum cell never seen (its kernels compile); and after the install step's warm-up of
-    CHILDSUM too."""
+    function and kernel compiles); after the install step's warm-up with CHILDSUM at hidden
+    128 (every hybridbatch function compiled, the cell's kernels at its hidden size never:
+    they compile); and after the install step's warm-up as `make` runs it."""
     out = {}
     for key, _ in COLD_CASES:
-        folder = os.path.join(tmp, "empty" if key == "empty_cache" else "installed")
+        folder = os.path.join(tmp, key)
         caches = {"HYBRIDBATCH_CACHE_DIR": os.path.join(folder, "kernels"),
                   "NUMBA_CACHE_DIR": os.path.join(folder, "numba")}
-        if key != "empty_cache":
-            _warm_up(args, "W1" if key == "new_cell" else "CHILDSUM", caches)
+        if key == "new_cell":
+            _warm_up(args, ["W1"], caches)
+            _warm_up(args, ["CHILDSUM"], caches, hidden=NEW_CELL_OTHER_HIDDEN)
+        elif key == "installed":
+            _warm_up(args, [], caches)
         cold_args = argparse.Namespace(**{**vars(args), "instances": args.cold_instances})
         out[key] = _bench(cold_args, "CHILDSUM", os.path.join(tmp, "cold.json"), args.policy,
                           granularity=args.granularity, extra=("--cold",), env=caches)

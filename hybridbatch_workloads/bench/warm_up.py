@@ -1,4 +1,4 @@
-"""`python -m hybridbatch_workloads.bench.warm_up [WORKLOAD ...]`: compile on this machine,
+"""`python -m hybridbatch_workloads.bench.warm_up [WORKLOAD ...] [--hidden N]`: compile on this machine,
 before any first run, what the benchmark's models need: hybridbatch's numba functions, the BLAS routing
 calibration (kernels/blas.py) and the fused kernels of W1 and CHILDSUM at their default sizes,
 each into its cache (or those of the workloads named). The Makefile's install step runs it.
@@ -10,6 +10,7 @@ runs (it re-executes itself the same way), so the calibration stored is the one 
 benchmark looks up; their kernels compile in this process, so all are cached when it returns
 (a background worker could still be compiling when `make demo` starts).
 """
+import argparse
 import contextlib
 import io
 import os
@@ -23,13 +24,17 @@ RUN = ["--instances", "8", "--warmup", "0", "--eager-instances", "8", "--eager-w
        "--gemm-repeats", "1", "--no-check", "--no-progress"]
 
 
-def main(workloads=WARMED):
+def main(workloads=WARMED, hidden=None):
+    """Run each workload briefly, its kernels compiled in this process; `hidden`: at that
+    size instead of the workload's default (benchmarks/natural.py warms a cell's other size
+    to leave its default one's kernels uncompiled)."""
     import hybridbatch as hb
     from .cli import main as bench
+    size = [] if hidden is None else ["--hidden", str(hidden)]
     for workload in workloads:
         t0 = time.perf_counter()
         with hb.settings(compile_in_background=False), contextlib.redirect_stdout(io.StringIO()):
-            status = bench([workload, *RUN])
+            status = bench([workload, *RUN, *size])
         if status:
             return status
         print(f"warm-up: {workload} compiled and cached in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -42,4 +47,8 @@ if __name__ == "__main__":
         sys.stdout.flush()
         os.execve(sys.executable, [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up", *sys.argv[1:]],
                   dict(os.environ, **{v: "1" for v in missing}))
-    sys.exit(main([w.upper() for w in sys.argv[1:]] or WARMED))
+    ap = argparse.ArgumentParser(description="compile what the benchmark's models need, into the caches")
+    ap.add_argument("workloads", nargs="*", help=f"workloads to warm ({' '.join(WARMED)})")
+    ap.add_argument("--hidden", type=int, help="their hidden size (each workload's default)")
+    args = ap.parse_args()
+    sys.exit(main([w.upper() for w in args.workloads] or WARMED, args.hidden))
