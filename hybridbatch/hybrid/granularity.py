@@ -10,9 +10,9 @@ a small batch. Inlining adds its steps' recording to every call, and all it can 
 is on the calls that batched poorly: a child-sum cell over dependency trees (12 arities,
 median batch 7) holds 4% of its calls in small batches and costs 2x per call inlined,
 while the n-ary combiner of benchmarks/bench_auto.py holds 18% there and costs about the
-same either way. A candidate is then measured both ways. A flush's
-cost is the recording since the previous flush (or since the scope opened, or since a
-backward) plus scheduling and execution, divided by the block's calls in it. After
+same either way. A candidate is then measured both ways. A flush's cost is the recording
+since the previous flush (or since the scope opened, or since a backward) plus scheduling
+and execution, divided by the block's calls in it. After
 `WHOLE_SAMPLES` flushes whole (the first pays the tracing), one flush runs it inlined, and
 the cheaper mode per call is kept: the smallest recent sample of each, as a shared
 machine's noise only ever adds time. Every `REVISIT` flushes one flush runs the other mode
