@@ -322,3 +322,37 @@ def test_layer_norm_names_a_wrong_last_axis():
         nn.LayerNorm(4)(hb.array(np.ones(5, np.float32)))
     with pytest.raises(ValueError, match="eps must be positive"):
         nn.LayerNorm(4, eps=0)
+
+
+def test_a_thread_drawing_from_a_stream_of_its_own_leaves_other_threads_draws_alone():
+    """hb.map gives its instances streams of their own (random.use); in a serving worker
+    thread that must not move the stream another thread draws from."""
+    import threading
+    from hybridbatch.ops import random as stream_keys
+
+    def fresh():
+        hb.seed(3)
+        return stream_keys.split(1)[0]
+
+    fresh()
+    process_keys = stream_keys.next_keys(3)
+    stream_keys.use(fresh())
+    own_keys = stream_keys.next_keys(2)
+    stream_keys.use(None)
+    own = fresh()
+    switched, drawn, seen = threading.Event(), threading.Event(), []
+
+    def worker():
+        stream_keys.use(own)
+        switched.set()
+        drawn.wait(10)
+        seen.append(stream_keys.next_keys(2))
+        stream_keys.use(None)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    switched.wait(10)
+    here = stream_keys.next_keys(3)     # while the worker holds its own stream
+    drawn.set()
+    thread.join(10)
+    assert here == process_keys and seen == [own_keys]

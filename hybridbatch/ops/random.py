@@ -10,6 +10,7 @@ instance a stream of its own (`split`), so its draws do not depend on the interl
 """
 import itertools
 import math
+import threading
 
 import numpy as np
 
@@ -29,6 +30,7 @@ def _mix(z):
 
 
 _stream = (0, itertools.count())    # (the seed mixed, the draw counter); hb.seed replaces both
+_thread = threading.local()         # .stream: the stream this thread draws from instead (use), or None
 
 
 def seed(n):
@@ -60,19 +62,21 @@ def split(n):
 
 
 def stream():
-    """The stream draws come from now (to `use` again later)."""
-    return _stream
+    """The stream this thread draws from instead of the process-wide one, or None (to `use`
+    again later)."""
+    return getattr(_thread, "stream", None)
 
 
 def use(s):
-    """Draw from stream `s` (one of `split`'s, or one `stream()` returned) from now on."""
-    global _stream
-    _stream = s
+    """Draw in this thread from stream `s` (one of `split`'s, or what `stream()` returned;
+    None: the process-wide stream) from now on. Per thread: hb.map in a serving worker
+    thread and draws in another thread do not interleave their streams."""
+    _thread.stream = s
 
 
 def next_key():
     """The key of the next draw (a non-negative int below KEY_LIMIT)."""
-    base, counter = _stream
+    base, counter = getattr(_thread, "stream", None) or _stream
     return _mix((base + next(counter) * _GOLDEN) & _MASK64) >> 1
 
 
