@@ -44,8 +44,8 @@ def map(fn, instances):
     if scope is not None and scope.tracing:
         return [fn(x) for x in instances]
     instances = list(instances)
-    streams = random.split(len(instances))      # each instance draws its dropout masks from its own
     if scope is None:
+        streams = random.split(len(instances))      # each instance draws its dropout masks from its own
         outer = random.stream()
         try:
             results = []
@@ -55,20 +55,21 @@ def map(fn, instances):
             return results
         finally:
             random.use(outer)
-    results, errors = each(fn, instances, streams)
+    results, errors = each(fn, instances)
     if errors:
         raise _first_error(errors, results, instances)
     return results
 
 
-def each(fn, instances, streams=None):
+def each(fn, instances):
     """hb.map's work inside the open scope over a list of instances, their exceptions
     returned, not raised: (results, {index: exception}), None the result of each instance
-    that raised."""
+    that raised. A failed flush, or a BaseException that is not an Exception, is raised as
+    in hb.map."""
     if greenlet is None:
         raise ImportError("hb.map inside a batching scope runs each instance as a greenlet, and greenlet is not "
                           "installed: pip install hybridbatch[map]")
-    return _run(_local.scope, fn, instances, streams or random.split(len(instances)))
+    return _run(_local.scope, fn, instances, random.split(len(instances)))
 
 
 class _Instance(greenlet if greenlet is not None else object):

@@ -12,7 +12,8 @@ import signal
 import socket
 import sys
 
-from ..schedule import DEFAULT_POLICY
+from ..record.scope import GRANULARITIES
+from ..schedule import DEFAULT_POLICY, POLICIES
 
 
 def _positive_int(text):
@@ -55,14 +56,15 @@ def parse_args(argv=None):
                     help="requests waiting beyond which new ones get 503 (1024)")
     ap.add_argument("--max-request-bytes", type=_positive_int, default=1 << 20,
                     help="larger request bodies get 413 (1 MiB)")
-    ap.add_argument("--policy", default=DEFAULT_POLICY, help=f"the batching policy ({DEFAULT_POLICY})")
-    ap.add_argument("--granularity", choices=("auto", "block", "op"), default="auto")
+    ap.add_argument("--policy", choices=sorted(POLICIES), default=DEFAULT_POLICY,
+                    help=f"the batching policy ({DEFAULT_POLICY})")
+    ap.add_argument("--granularity", choices=GRANULARITIES, default="auto")
     ap.add_argument("--eager", action="store_true",
                     help="run each request alone, outside any batching scope: the unbatched baseline "
-                         "(sets --max-batch-size 1 --max-delay-ms 0)")
+                         "(batches of one request: --max-batch-size is ignored)")
     args = ap.parse_args(argv)
     if args.eager:
-        args.max_batch_size, args.max_delay_ms = 1, 0.0
+        args.max_batch_size = 1
     return args
 
 

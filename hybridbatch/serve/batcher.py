@@ -129,7 +129,7 @@ class Batcher:
         if eager and max_batch_size != 1:
             raise ValueError(f"eager=True runs each request alone: max_batch_size must be 1, not {max_batch_size}")
         batching(policy, granularity)   # checks both now, at the caller's line, not on the worker
-        if mapping.greenlet is None:
+        if mapping.greenlet is None and not eager:
             raise ImportError("a Batcher runs each request as a greenlet (hb.map), and greenlet is not installed: "
                               "pip install hybridbatch[serve]")
         self.model_fn = model_fn
@@ -245,8 +245,8 @@ class Batcher:
 
     def _outcomes(self, instances):
         """[(result, None) or (None, exception)] per instance, from one scope."""
-        if self.eager:
-            return [_eager(self.model_fn, x) for x in instances]
+        if self.eager:      # one instance: its exception fails the batch, which is it alone
+            return [(_read(self.model_fn(x)), None) for x in instances]
         with batching(self.policy, self.granularity):
             results, errors = mapping.each(self.model_fn, instances)
             return [(None, errors[i]) if i in errors else (_read(out), None) for i, out in enumerate(results)]
@@ -256,13 +256,6 @@ class Batcher:
             return self._outcomes([instance])[0]
         except Exception as e:
             return None, e
-
-
-def _eager(fn, instance):
-    try:
-        return _read(fn(instance)), None
-    except Exception as e:
-        return None, e
 
 
 def _read(out):
