@@ -153,6 +153,7 @@ def test_an_awaited_request_cancelled_while_queued_never_runs():
 
     with Batcher(gate, max_batch_size=1) as server:
         first, kept, (dropped,) = asyncio.run(main(server))
+    np.testing.assert_allclose(first, np.tanh([1.0]), rtol=1e-6)
     np.testing.assert_allclose(kept, np.tanh([3.0]), rtol=1e-6)
     assert isinstance(dropped, asyncio.CancelledError) and server.stats.requests == 2
 
@@ -177,5 +178,8 @@ def test_eager_runs_each_request_outside_any_scope():
 def test_settings_are_checked_at_construction(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Batcher(lambda x: x, **kwargs)
+
+
+def test_a_model_fn_that_is_not_callable_is_refused():
     with pytest.raises(TypeError, match="callable"):
         Batcher("not a function")

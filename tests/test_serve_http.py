@@ -25,7 +25,7 @@ SCORER = os.path.join(ROOT, "tests", "serve_models.py") + ":Scorer"
 
 class Served:
     def __init__(self, proc, banner):
-        self.proc, self.banner = proc, banner
+        self.proc = proc
         self.host, port = banner.split(" on http://")[1].split()[0].rsplit(":", 1)
         self.port = int(port)
 
@@ -83,7 +83,7 @@ def test_concurrent_requests_are_answered_as_eager_inference_and_bad_ones_get_40
             return status, json.loads(reply)
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             answers = list(pool.map(post, [json.dumps(p).encode() for p in good] + bad))
-        status, kind, body = server.request("GET", "/healthz")
+        health_status, kind, body = server.request("GET", "/healthz")
         health = json.loads(body)
     for payload, (status, reply) in zip(good, answers):
         assert status == 200, reply
@@ -92,7 +92,7 @@ def test_concurrent_requests_are_answered_as_eager_inference_and_bad_ones_get_40
     assert len(reasons) == len(bad)
     assert reasons[0].startswith("the body is not JSON")
     assert "four numbers" in reasons[1] and "four numbers" in reasons[2]
-    assert status == 200 and kind == "application/json"
+    assert health_status == 200 and kind == "application/json"
     assert health["status"] == "ok" and health["requests"] == len(good) and health["batches"] < len(good)
 
 
