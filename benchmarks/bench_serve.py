@@ -42,12 +42,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+from hybridbatch_workloads.bench.machine import THREAD_VARS, machine_info, pinned  # noqa: E402  (numpy not yet)
+
+for _var in THREAD_VARS:
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
-
-from hybridbatch_workloads.bench.machine import machine_info, pinned  # noqa: E402
 
 MODEL = "examples/treelstm_sst.py:Model"
 
@@ -299,7 +299,7 @@ def main():
     ap.add_argument("--data", help="the shared data folder (its sst/); default synthetic trees")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of both servers")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of the three servers")
     ap.add_argument("--rates", type=float, nargs="*", default=[100, 200, 400, 800, 1600])
     ap.add_argument("--in-flight", type=int, default=256)
     ap.add_argument("--max-batch-size", type=int, default=32)
@@ -315,7 +315,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    if args.client_core is not None and hasattr(os, "sched_setaffinity"):
+    if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(args.client_core)})
     with tempfile.TemporaryDirectory() as tmp:
         params = os.path.join(tmp, "model.npz")

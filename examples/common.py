@@ -72,9 +72,15 @@ def start_distributed(args, trainer):
     hb.distributed.broadcast_trainer(trainer)
 
 
+def on_root(args):
+    """Whether this process speaks for the run: always, and with --distributed rank 0 only
+    (every rank computes the same)."""
+    return not distributed(args) or hb.distributed.is_root()
+
+
 def say(args, *values, **kwargs):
-    """print(*values), with --distributed on rank 0 only (every rank computes the same)."""
-    if not distributed(args) or hb.distributed.is_root():
+    """print(*values) on the root process (on_root)."""
+    if on_root(args):
         print(*values, **kwargs)
 
 

@@ -23,7 +23,7 @@ saved so (`--model natural --save model.npz`) over HTTP, batching concurrent req
 import argparse
 
 # common first: one thread, the repository on the path
-from common import (add_batching_args, add_distributed_arg, distributed, load_or_exit, run, say, start_distributed,
+from common import (add_batching_args, add_distributed_arg, load_or_exit, on_root, run, say, start_distributed,
                     train_epoch)
 
 import numpy as np  # noqa: E402
@@ -131,7 +131,7 @@ def main():
         acc, acc2 = accuracy(workload, dev, args.mode, args.policy, args.granularity, args.batch)
         say(args, f"epoch {epoch}: loss/tree {total / len(train):.3f}  {len(train) / seconds:.1f} trees/s  "
               f"dev root accuracy {100 * acc:.1f}% (binary {100 * acc2:.1f}%)")
-    if args.save and (not distributed(args) or hb.distributed.is_root()):     # every rank holds the same
+    if args.save and on_root(args):     # every rank holds the same parameters
         save_model(workload, args.save)
         print(f"saved the model and its vocabulary to {args.save}")
 
