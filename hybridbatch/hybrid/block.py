@@ -234,38 +234,38 @@ class HybridBlock(Block):
 
     def __call__(self, *args):
         scope = _local.scope
-        if scope is not None and self._active:    # a tracing scope is "op": it inlines
+        if scope is not None and self._active and not scope.tracing:   # a trace inlines the call
+            # the hot path, written out in this frame: exact class tests are cheaper than isinstance
+            g = scope.graph
+            types = g.type
+            ids, key, ints = [], [], None
+            for a in args:
+                if a.__class__ is Future and a.scope is scope:     # the common cases first
+                    i = a.id
+                    ids.append(i)
+                    key.append(types[i])
+                elif a.__class__ is int:
+                    key.append(INT)
+                    ints = [a] if ints is None else ints + [a]
+                elif isinstance(a, Parameter):
+                    key.append(a)
+                elif isinstance(a, _FLAGS):
+                    key.append(_flag(a))
+                elif isinstance(a, (int, np.integer)):
+                    key.append(INT)
+                    ints = [int(a)] if ints is None else ints + [int(a)]
+                else:
+                    i = _as_handle(a, scope).id
+                    ids.append(i)
+                    key.append(types[i])
+            key = tuple(key)
+            program = self._programs.get(key) or self._program(key)
+            if program.n_draws:
+                ints = (ints or []) + next_keys(program.n_draws)
             granularity = scope.granularity
             if granularity == "block" or (granularity == "auto" and not self.auto_inline):
-                # One graph node per call: the hot path, written out in this frame (graph.add
-                # and the Futures included). A block call's outputs are nodes nid.., the
-                # flush expanding the call into them.
-                g = scope.graph
-                types = g.type
-                ids, key, ints = [], [], None
-                for a in args:
-                    if a.__class__ is Future and a.scope is scope:     # the common cases first:
-                        i = a.id                                       # exact class tests are
-                        ids.append(i)                                  # cheaper than isinstance
-                        key.append(types[i])
-                    elif a.__class__ is int:
-                        key.append(INT)
-                        ints = [a] if ints is None else ints + [a]
-                    elif isinstance(a, Parameter):
-                        key.append(a)
-                    elif isinstance(a, _FLAGS):
-                        key.append(_flag(a))
-                    elif isinstance(a, (int, np.integer)):
-                        key.append(INT)
-                        ints = [int(a)] if ints is None else ints + [int(a)]
-                    else:
-                        i = _as_handle(a, scope).id
-                        ids.append(i)
-                        key.append(types[i])
-                key = tuple(key)
-                program = self._programs.get(key) or self._program(key)
-                if program.n_draws:
-                    ints = (ints or []) + next_keys(program.n_draws)
+                # One graph node per call (graph.add and the Futures written out here). A block
+                # call's outputs are nodes nid.., the flush expanding the call into them.
                 if ints is None:
                     if not ids:      # nothing to size a batch by: its ops, as at op granularity
                         return program.replay(scope.record, scope.constant, [])
@@ -295,7 +295,8 @@ class HybridBlock(Block):
             if granularity == "auto":
                 calls = scope.auto_calls        # inlined, the plan cannot count them
                 calls[self] = calls.get(self, 0) + 1
-        if not self._active or (scope is not None and scope.tracing):
+            return program.record_into(scope, ids, ints or ())
+        if not self._active or scope is not None:
             return self.forward(*args)      # plain, or inlined into an enclosing trace
         handles, key, ints = [], [], []
         for a in args:
@@ -307,17 +308,13 @@ class HybridBlock(Block):
                 key.append(INT)
                 ints.append(int(a))
             else:
-                h = _as_handle(a, scope)
+                h = _as_handle(a, None)
                 handles.append(h)
-                key.append(scope.graph.type[h.id] if scope is not None else h.sig.out_type)
+                key.append(h.sig.out_type)
         program = self._program(tuple(key))
         if program.n_draws:
             ints += next_keys(program.n_draws)
-        if scope is None:
-            return program.replay(eager.apply, eager.constant, handles, ints)
-        if scope.open and scope.graph.origin is None:
-            return program.record_into(scope, [h.id for h in handles], ints)
-        return program.replay(scope.record, scope.constant, handles, ints)
+        return program.replay(eager.apply, eager.constant, handles, ints)
 
     def _program(self, key):
         program = self._programs.get(key)

@@ -55,7 +55,7 @@ class Composite(Op):
         return signature.TYPES[self.program.out_types[0]]
 
     def params_used(self, sig):
-        return [pid for step in self.program.steps for pid in step.sig.params if pid is not None]
+        return list(self.program.params)
 
     def units(self, xp):
         """The program's steps as they run on `xp`: lowered (numpy backend, fusion on), once;

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..record import signature
 from ..record.future import Future, maker
+from ..record.scope import caller
 from ..record.signature import Signature
 from ..train.parameter import by_id
 from .arguments import int_column
@@ -106,7 +107,7 @@ class Program:
         # per step, what appending its node to a scope's graph needs (record_into)
         self.node_steps = tuple((step.slot, step.sig.id, step.sig.out_type, tuple(r for r in step.refs if r is not None),
                                  step.aux, int_column(step.aux)) for step in self.steps)
-        self.shared = {pid: by_id(pid) for step in self.steps for pid in step.sig.params if pid is not None}
+        self.params = {pid: by_id(pid) for step in self.steps for pid in step.sig.params if pid is not None}
         self.op = Composite(self, owner)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
         self.sig_id = self.sig.id      # what recording a call appends
@@ -122,21 +123,21 @@ class Program:
 
     # -- op granularity and eager: replay the steps as separate nodes ------------------
     def record_into(self, scope, ids, ints=()):
-        """Op granularity's replay into `scope` (open, not tracing, keeping no lines): each
-        step's node appended to the graph with the signature the trace interned, which the
-        operands' types (the program's key) give again, so none of `record`'s per-operand
-        checks and lookups run. ids: the inputs' node ids. Returns the outputs' Futures."""
+        """Op granularity's replay into `scope` (open, not tracing): each step's node
+        appended to the graph with the signature the trace interned, which the operands'
+        types (the program's key) give again, so none of `record`'s per-operand checks and
+        lookups run. ids: the inputs' node ids. Returns the outputs' Futures."""
         if ints:
-            self.check_ints(ints)
-            if self.dead_int_checks:
-                self.check_ints(ints, self.dead_int_checks)
-        scope.params.update(self.shared)      # signatures name them by id: keep them alive
+            self.check_ints(ints)       # int_checks holds the dead steps' too
+        scope.params.update(self.params)      # signatures name them by id: keep them alive
         g = scope.graph
         types, sigs, auxs, args, arg_end = g.type, g.sig, g.aux, g.args, g.arg_end
         vals = [None] * self.n_slots
         vals[:self.n_inputs] = ids
         for slot, value in self.consts:
             vals[slot] = scope.constant(value).id
+        if g.origin is not None:        # check_numerics: the steps' nodes name the call's line
+            g.origin.extend([caller()] * len(self.node_steps))
         for slot, sig, out_type, refs, aux, j in self.node_steps:
             vals[slot] = len(types)
             sigs.append(sig)
