@@ -24,10 +24,10 @@ def _rows(xp, x, k):
     8 x 8, 6 to 64 maps)."""
     B, C, H, W = x.shape
     p = k // 2
-    padded = x.transpose(0, 2, 3, 1)
+    padded = channels_last = x.transpose(0, 2, 3, 1)
     if p:
         padded = xp.zeros((B, H + 2 * p, W + 2 * p, C), x.dtype)
-        padded[:, p:p + H, p:p + W] = x.transpose(0, 2, 3, 1)
+        padded[:, p:p + H, p:p + W] = channels_last
     windows = xp.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))   # (B, H, W, C, k, k)
     return xp.ascontiguousarray(windows.transpose(0, 1, 2, 4, 5, 3)).reshape(B * H * W, k * k * C)
 
