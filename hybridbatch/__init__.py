@@ -5,6 +5,8 @@
 """
 __version__ = "0.1.0"   # the one source of the version: pyproject.toml reads it from here
 
+import importlib as _importlib
+
 from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
 from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, pow, maximum, minimum, clip, where,
                   cast, add_n, weighted_sum, concat, stack, slice, split, reshape, flatten, expand_dims, squeeze,
@@ -21,7 +23,6 @@ from .train.parameter import Parameter
 from .train.parameter_dict import ParameterDict
 from .train.optim import Trainer
 from .train import distributed
-from . import serve
 from .record.scope import batching, Stats
 from .record.mapping import map
 from .config import settings, set_fusion, set_distinct_rows, set_plan_cache_size, set_blas, blas_library
@@ -38,3 +39,11 @@ __all__ = [
     "set_distinct_rows", "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
     "dropout", "seed", "profile", "Profile", "distributed", "serve",
 ]
+
+
+def __getattr__(name):
+    """hb.serve, imported on first use: its asyncio and threads stay out of every process
+    that only trains (the kernel compile worker imports hybridbatch too)."""
+    if name == "serve":
+        return _importlib.import_module(".serve", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -49,6 +49,7 @@ import numpy as np
 from ..errors import HybridBatchError
 from ..runtime import backend
 from .optim import _collect
+from .parameter_dict import read_npz
 
 __all__ = ["DistributedError", "init", "rank", "size", "is_root", "broadcast_parameters", "broadcast_trainer",
            "allreduce_gradients", "sum_over_ranks", "shard", "last_step_bytes"]
@@ -183,9 +184,7 @@ def broadcast_trainer(trainer):
         payload = out.getvalue()
     payload = _broadcast_bytes(payload, "broadcast_trainer")
     if not is_root():
-        with np.load(io.BytesIO(payload), allow_pickle=False) as archive:
-            stored = {name: archive[name] for name in archive.files}
-        trainer.load_states_arrays(stored, "rank 0's Trainer state")
+        trainer.load_states_arrays(read_npz(io.BytesIO(payload)), "rank 0's Trainer state")
 
 
 def _gather_table(row, what):

@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import NumericsError
 from .lr_schedule import Schedule, schedule_from_config
 from .parameter import Parameter
-from .parameter_dict import ParameterDict, write_npz
+from .parameter_dict import ParameterDict, read_npz, write_npz
 from ..kernels.update import descend_and_clear
 from ..runtime import profile
 from ..runtime import backend
@@ -641,9 +641,7 @@ class Trainer:
         ValueError naming each.
         """
         path = os.fspath(path)
-        with np.load(path, allow_pickle=False) as archive:
-            stored = {name: archive[name] for name in archive.files}
-        self.load_states_arrays(stored, repr(path))
+        self.load_states_arrays(read_npz(path), repr(path))
 
     def load_states_arrays(self, stored, source):
         """load_states from the arrays states_arrays gave; `source` names them in errors."""

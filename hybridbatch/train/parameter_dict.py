@@ -153,8 +153,7 @@ class ParameterDict:
         int32's), or a tied parameter (one Parameter under several names) given different
         values under its names raises ValueError. Values are cast to each parameter's dtype.
         """
-        with np.load(os.fspath(path), allow_pickle=False) as archive:
-            stored = {name: archive[name] for name in archive.files}
+        stored = read_npz(os.fspath(path))
         missing = [n for n in self._params if n not in stored]
         extra = [n for n in stored if n not in self._params]
         problems = []
@@ -205,6 +204,13 @@ def write_npz(path, arrays):
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def read_npz(file):
+    """{name: array} of every array in an .npz archive (a path or a binary file object), read
+    without pickles."""
+    with np.load(file, allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
 
 
 def _tied_conflicts(params, cast):
