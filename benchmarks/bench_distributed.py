@@ -4,7 +4,7 @@ and the gradient bytes exchanged; from those, how many ranks a network of 10 and
 keeps scaling.
 
     python benchmarks/bench_distributed.py [--data ../shared/data] [--workloads W1 W2]
-        [--runs 1x64 2x64 2x32] [--steps 20] [--warmup 5] [--json out.json]
+        [--runs 1x64 2x64 2x32] [--steps 20] [--warmup 5] [--rounds 1] [--json out.json]
 
 Each run RxB starts `mpirun -n R` of this file, each rank training B instances per step (SGD,
 block granularity, one thread per rank) on its shard of the training set (hb.distributed.shard),
@@ -21,9 +21,11 @@ import subprocess
 import sys
 import time
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from hybridbatch_workloads.bench.machine import THREAD_VARS  # noqa: E402  (numpy not yet)
+
+for _var in THREAD_VARS:
+    os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 
@@ -129,11 +131,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=1, help="rounds of every run, the order flipping each round")
     ap.add_argument("--json")
-    ap.add_argument("--rank-of", choices=sorted(OPTIONS), help=argparse.SUPPRESS)   # a rank of one run
+    ap.add_argument("--rank-of", dest="workload", choices=sorted(OPTIONS),
+                    help=argparse.SUPPRESS)     # this process is a rank of one run
     ap.add_argument("--per-rank", type=int, default=64, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.rank_of:
-        args.workload = args.rank_of
+    if args.workload:
         return train(args)
     results = []
     for workload in args.workloads:

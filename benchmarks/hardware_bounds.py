@@ -25,14 +25,15 @@ import os
 import sys
 import time
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from hybridbatch_workloads.bench.machine import THREAD_VARS, gemm_rate, machine_info  # noqa: E402  (numpy not yet)
+
+for _var in THREAD_VARS:
+    os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
 
 from hybridbatch.kernels import blas  # noqa: E402
-from hybridbatch_workloads.bench.machine import gemm_rate, machine_info  # noqa: E402
 
 MIB = 1 << 20
 
@@ -49,24 +50,29 @@ def best_seconds(fn, reps, rounds=5):
     return best
 
 
-def product_rate(rows, k, n, rng, transposed=False, gradient=False):
+def product_rate(rows, k, n, rng, gradient=False):
     """GFLOP/s of (rows x k) @ (k x n) float32 through the engine's shared-weight product, the
-    weight a transposed (n, k) array where `transposed`; with `gradient`, the weight gradient's
-    (k x rows) @ (rows x n) summing over the rows (blas.gemm)."""
+    weight a transposed (n, k) array as a layer holds it; with `gradient`, the weight
+    gradient's (k x rows) @ (rows x n) summing over the rows (blas.gemm)."""
     x = rng.standard_normal((rows, k)).astype(np.float32)
     if gradient:            # x plays the output gradient G, `summed` the rows it meets
         summed = rng.standard_normal((rows, n)).astype(np.float32)
         product = lambda: blas.gemm(x.T, summed)  # noqa: E731
     else:
-        w = rng.standard_normal((n, k)).astype(np.float32).T if transposed else rng.standard_normal((k, n)).astype(np.float32)
+        w = rng.standard_normal((n, k)).astype(np.float32).T
         product = lambda: blas.shared_product(x, w)  # noqa: E731
     reps = max(10, int(2e8 / (2 * rows * k * n)))
     return 2 * rows * k * n / best_seconds(product, reps) / 1e9
 
 
-def streamed_expert_rate(rows, rng, weights=2048):
-    """(GFLOP/s, GB/s of weights) of `rows` x 256 @ 256 x 256 over `weights` distinct weights,
-    more than the caches hold, each read once per pass."""
+EXPERT_WEIGHTS = 2048      # W8's 1,024 experts, two layers each: 512 MiB of float32 256 x 256
+READ_MIB = 512             # the array read_bandwidth sums
+
+
+def streamed_expert_rate(rows, rng):
+    """(GFLOP/s, GB/s of weights) of `rows` x 256 @ 256 x 256 over EXPERT_WEIGHTS distinct
+    weights, more than the caches hold, each read once per pass."""
+    weights = EXPERT_WEIGHTS
     ws = [rng.standard_normal((256, 256)).astype(np.float32) for _ in range(weights)]
     x = rng.standard_normal((rows, 256)).astype(np.float32)
 
@@ -78,9 +84,9 @@ def streamed_expert_rate(rows, rng, weights=2048):
     return 2 * rows * 256 * 256 * weights / seconds / 1e9, weights * 256 * 256 * 4 / seconds / 1e9
 
 
-def read_bandwidth(rng, mib=512):
-    """GB/s of one thread summing a `mib` MiB float32 array."""
-    a = rng.standard_normal(mib * MIB // 4).astype(np.float32)
+def read_bandwidth(rng):
+    """GB/s of one thread summing a READ_MIB MiB float32 array."""
+    a = rng.standard_normal(READ_MIB * MIB // 4).astype(np.float32)
     return a.nbytes / best_seconds(lambda: a.sum(), 1, rounds=3) / 1e9
 
 
@@ -92,10 +98,10 @@ def main(argv=None):
     ref = gemm_rate()["flops_per_second"] / 1e9
     rows_w7 = (64, 384, 1024, 4096)
     out = {"machine": machine_info(), "reference_gflops": ref,
-           "w7_forward_gflops": {r: product_rate(r, 288, 32, rng, transposed=True) for r in rows_w7},
+           "w7_forward_gflops": {r: product_rate(r, 288, 32, rng) for r in rows_w7},
            "w7_weight_gradient_gflops": {r: product_rate(r, 32, 288, rng, gradient=True) for r in rows_w7},
-           "wide_layer_gflops": max(product_rate(r, 512, 1280, rng, transposed=True) for r in (64, 128, 256, 512)),
-           "w8_expert_product_in_cache_gflops": {rows: product_rate(rows, 256, 256, rng, transposed=True)
+           "wide_layer_gflops": max(product_rate(r, 512, 1280, rng) for r in (64, 128, 256, 512)),
+           "w8_expert_product_in_cache_gflops": {rows: product_rate(rows, 256, 256, rng)
                                                  for rows in (1, 8, 64)}}
     out["w8_expert_product_streamed_gflops"], out["w8_weights_streamed_gbs"] = streamed_expert_rate(8, rng)
     out["read_bandwidth_gbs"] = read_bandwidth(rng)
@@ -106,9 +112,9 @@ def main(argv=None):
     print(f"a wide layer (rows by a transposed 1280 x 512 weight), best: {out['wide_layer_gflops']:.1f} GFLOP/s")
     for rows, r in out["w8_expert_product_in_cache_gflops"].items():
         print(f"W8 expert product {rows} rows @ 256 x 256, weight in cache: {r:.1f} GFLOP/s")
-    print(f"W8 expert product 8 rows over 2,048 weights (512 MiB), streamed: "
+    print(f"W8 expert product 8 rows over {EXPERT_WEIGHTS:,} weights ({EXPERT_WEIGHTS // 4} MiB), streamed: "
           f"{out['w8_expert_product_streamed_gflops']:.1f} GFLOP/s, weights read at {out['w8_weights_streamed_gbs']:.1f} GB/s")
-    print(f"one thread's read bandwidth (sum of 512 MiB): {out['read_bandwidth_gbs']:.1f} GB/s")
+    print(f"one thread's read bandwidth (sum of {READ_MIB} MiB): {out['read_bandwidth_gbs']:.1f} GB/s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
