@@ -146,11 +146,8 @@ def _cold(args, tmp):
         folder = os.path.join(tmp, key)
         caches = {"HYBRIDBATCH_CACHE_DIR": os.path.join(folder, "kernels"),
                   "NUMBA_CACHE_DIR": os.path.join(folder, "numba")}
-        if key == "new_cell":
-            _warm_up(args, ["W1"], caches)
-            _warm_up(args, ["CHILDSUM"], caches, hidden=NEW_CELL_OTHER_HIDDEN)
-        elif key == "installed":
-            _warm_up(args, [], caches)
+        if key != "empty_cache":
+            _warm_up(args, [], caches, hidden=NEW_CELL_OTHER_HIDDEN if key == "new_cell" else None)
         cold_args = argparse.Namespace(**{**vars(args), "instances": args.cold_instances})
         out[key] = _bench(cold_args, "CHILDSUM", os.path.join(tmp, "cold.json"), args.policy,
                           granularity=args.granularity, extra=("--cold",), env=caches)

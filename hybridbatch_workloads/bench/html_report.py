@@ -97,8 +97,7 @@ def collect(cfg, result):
     one training minibatch and the profile of TRACE_MINIBATCHES training steps after it (that
     minibatch traces and compiles what the steps need)."""
     wl = make_workload(cfg.workload, hidden=cfg.hidden, data_dir=cfg.data, seed=cfg.seed, **cfg.workload_options)
-    wl.hybridize()
-    try:
+    try:                    # compare_workload hybridizes it
         policies = compare_workload(cfg.workload, hidden=cfg.hidden, batch=cfg.batch,
                                     eval_batches=POLICY_MINIBATCHES, measure=False, seed=cfg.seed,
                                     lr=cfg.lr, progress=False, workload=wl)
@@ -267,8 +266,10 @@ def render(report):
     plot = _png(plot_sweep, result) if sweep else _png(plot_result, result)
     plot_alt = f"sweep over {result['sweep']}" if sweep else "throughput and step split"
     c = report["config"]
-    measured_at = (f"The sections below ran {html.escape(c.workload)} at hidden {c.hidden}, minibatch {c.batch}, "
-                   f"policy {html.escape(str(c.policy))}, granularity {html.escape(c.granularity)}.")
+    measured_at = (f"The sections below ran {html.escape(c.workload)} at hidden {c.hidden}, minibatch {c.batch}; "
+                   f"the explanation and the trace under policy {html.escape(str(c.policy))}, granularity "
+                   f"{html.escape(c.granularity)}, the policy comparison under every policy at the workload's "
+                   f"default granularity.")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{STYLE}</style><script>{ERROR_CAPTURE}</script></head>

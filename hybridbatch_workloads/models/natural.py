@@ -62,10 +62,10 @@ class NaturalTreeLSTM(hb.Block):
         return self.classifier(self.encode(tree)[0])
 
 
-def bilstm(forward, backward, xs, hidden):
+def bilstm(forward, backward, xs):
     """[h_fwd; h_bwd] per element of xs: LSTM cells `forward` and `backward` run each way
     from a zero state."""
-    zero = np.zeros(hidden, np.float32)
+    zero = np.zeros(forward.hidden, np.float32)
     h, c, fwd = zero, zero, []
     for x in xs:
         h, c = forward(x, h, c)
@@ -86,7 +86,6 @@ class NaturalTagger(hb.Block):
         super().__init__()
         self.word_vocab = word_vocab
         self.tags = list(tags)
-        self.hidden = hidden
         self.embedding = nn.Embedding(len(word_vocab), embed, seed=seed)
         self.fwd = nn.LSTMCell(hidden, embed, seed=seed + 1)
         self.bwd = nn.LSTMCell(hidden, embed, seed=seed + 2)
@@ -101,7 +100,7 @@ class NaturalTagger(hb.Block):
 
     def logits(self, tokens):
         xs = [self.embedding(w) for w in tokens]
-        return [self.classifier(v) for v in bilstm(self.fwd, self.bwd, xs, self.hidden)]
+        return [self.classifier(v) for v in bilstm(self.fwd, self.bwd, xs)]
 
     def node_losses(self, tokens, tags):
         if len(tokens) != len(tags):

@@ -103,7 +103,6 @@ class ArcHybridParser(hb.Block):
         super().__init__()
         self.vocab = vocab
         self.n_labels = len(vocab.labels)
-        self.hidden = hidden
         self.word_embedding = nn.Embedding(len(vocab.words), word_dim, seed=seed)
         self.tag_embedding = nn.Embedding(len(vocab.tags), tag_dim, seed=seed + 1)
         self.forward1 = nn.LSTMCell(hidden, word_dim + tag_dim, seed=seed + 2)
@@ -120,8 +119,8 @@ class ArcHybridParser(hb.Block):
         order = list(range(1, len(sentence.words))) + [0]
         xs = [hb.concat([self.word_embedding(sentence.words[k]), self.tag_embedding(sentence.tags[k])])
               for k in order]
-        first = bilstm(self.forward1, self.backward1, xs, self.hidden)
-        top = bilstm(self.forward2, self.backward2, first, self.hidden)
+        first = bilstm(self.forward1, self.backward1, xs)
+        top = bilstm(self.forward2, self.backward2, first)
         vectors = [None] * len(order)
         for k, v in zip(order, top):
             vectors[k] = v
