@@ -104,9 +104,7 @@ def _run_batches(plan, arenas, xp, origin):
             if yj is not dst:       # written in place by a writes_out op
                 dst[...] = yj
         if prof is not None:
-            end = time.perf_counter()
-            plan.forward_seconds[b] = end - start
-            prof.batch(plan.batch_sig[b], size, start, end, "forward")
+            prof.batch(plan, b, start, time.perf_counter(), "forward")
 
 
 def _inside(plan, arenas, b, sig, row, xp):

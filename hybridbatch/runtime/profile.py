@@ -64,9 +64,13 @@ class Profile:
         """A phase from `start` to `end` (perf_counter seconds)."""
         self._event(name, "phase", start, end - start, args)
 
-    def batch(self, sig_id, size, start, end, phase):
-        """One batch of `size` nodes of recorded signature `sig_id`, run in `phase`
-        ("forward" or "backward") from `start` to `end`."""
+    def batch(self, plan, b, start, end, phase):
+        """Batch b of `plan`, run in `phase` ("forward" or "backward") from `start` to `end`:
+        into the sums of its recorded signature, the trace, and the plan's seconds per batch
+        (`plan.forward_seconds` / `backward_seconds`, which its runs allocate), for
+        scope.explain()."""
+        sig_id, size = plan.batch_sig[b], plan.sizes[b]
+        (plan.forward_seconds if phase == "forward" else plan.backward_seconds)[b] += end - start
         sums = self._sums[sig_id]
         if phase == "forward":
             sums[0] += 1
@@ -78,13 +82,11 @@ class Profile:
 
     def backward_batch(self, plan=None, b=0):
         """Backward's batches, timed from one to the next: close the batch being timed and
-        open batch b of `plan` (None: only close). Each batch's seconds also go to its plan
-        (`plan.backward_seconds`), for scope.explain()."""
+        open batch b of `plan` (None: only close)."""
         now = time.perf_counter()
         if self._open is not None:
             done, k, start = self._open
-            self.batch(done.batch_sig[k], done.sizes[k], start, now, "backward")
-            done.backward_seconds[k] += now - start
+            self.batch(done, k, start, now, "backward")
         if plan is not None and plan.backward_seconds is None:
             plan.backward_seconds = [0.0] * len(plan.sizes)
         self._open = None if plan is None else (plan, b, now)
