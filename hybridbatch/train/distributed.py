@@ -213,18 +213,20 @@ def allreduce_gradients(params, batch_size):
     row_counts = [-1 if r is None else len(r) for r in rows]
     table = _gather_table(np.array([batch_size, *row_counts], np.float64), "allreduce_gradients")
     counts = table[:, 1:].astype(np.int64)
-    sparse = []
+    sparse, row_bytes = [], []
     for i, p in enumerate(items):
         if (counts[:, i] < 0).any():
             continue
         # each rank receives every rank's rows once, where a ring allreduce moves about twice
         # the table through each rank's link
-        row_bytes = p.dtype.itemsize * int(np.prod(p.shape[1:], dtype=np.int64))
-        if counts[:, i].sum() * (row_bytes + _ROW_INDEX.itemsize) < 2 * p.dtype.itemsize * int(np.prod(p.shape)):
+        sent = p.dtype.itemsize * int(np.prod(p.shape[1:], dtype=np.int64)) + _ROW_INDEX.itemsize
+        if counts[:, i].sum() * sent < 2 * p.dtype.itemsize * int(np.prod(p.shape)):
             sparse.append(i)
+            row_bytes.append(sent)
     chosen = set(sparse)
     dense_bytes = _allreduce_dense([p for i, p in enumerate(items) if i not in chosen])
-    sparse_bytes = _allgather_rows([items[i] for i in sparse], [rows[i] for i in sparse], counts[:, sparse])
+    sparse_bytes = _allgather_rows([items[i] for i in sparse], [rows[i] for i in sparse], counts[:, sparse],
+                                   np.array(row_bytes, np.int64))
     world.step_bytes = (dense_bytes, sparse_bytes)
     return float(table[:, 0].sum())
 
@@ -245,16 +247,15 @@ def _allreduce_dense(params):
     return total
 
 
-def _allgather_rows(params, rows, counts):
+def _allgather_rows(params, rows, counts, row_bytes):
     """Make each parameter's gradient the sum over the ranks of their gradient rows: every
     rank sends its rows' indices and values (one byte buffer for all of `params`), then adds
-    the others' into its own. counts[r, k]: rank r's row count of params[k]. Returns the
-    bytes gathered."""
+    the others' into its own. counts[r, k]: rank r's row count of params[k]; row_bytes[k]:
+    the bytes one row of params[k] sends, its index and its values. Returns the bytes
+    gathered."""
     if not params:
         return 0
     world = _world
-    row_bytes = np.array([p.dtype.itemsize * int(np.prod(p.shape[1:], dtype=np.int64)) + _ROW_INDEX.itemsize
-                          for p in params], np.int64)
     sizes = counts @ row_bytes                  # bytes each rank sends
     parts = []
     for p, r in zip(params, rows):
