@@ -3,8 +3,10 @@
 Two measurements, each the least CPU time (process_time: a shared machine's other load
 does not count) of --repeats, the two runs of the second alternating:
 - switch: instances that only read (batching.await_flush) with nothing pending, so the
-  driver's flush has nothing to run: the whole cost is greenlet creation, the two
-  switches of each read and the driver's loop, divided by instances x reads;
+  driver's flush has nothing to run: the whole cost is starting and ending each instance
+  on a greenlet, the two switches of each read and the driver's loop, divided by
+  instances x reads; once with --reads reads per instance and once with one, where the
+  start and end of an instance weigh most (a gate read once per example);
 - model: a greedy decoder step per read (a tiny matmul, tanh and a read that picks the next
   weight) under hb.map, against the same graph recorded round by round with one explicit
   flush per round and no suspension; the difference per instance per read is what the
@@ -79,11 +81,13 @@ def main():
     mapped()
     rounds()
     switch = min(cpu_seconds(lambda: switch_only(n, reads)) for _ in range(args.repeats))
+    one_read = min(cpu_seconds(lambda: switch_only(n, 1)) for _ in range(args.repeats))
     pairs = [(cpu_seconds(mapped), cpu_seconds(rounds)) for _ in range(args.repeats)]
     with_map, without = min(a for a, _ in pairs), min(b for _, b in pairs)
     per = 1e6 / (n * reads)
     print(f"{n} instances x {reads} reads")
     print(f"switch only (empty flushes): {switch * per:.2f} us per instance per read")
+    print(f"switch only, one read each: {one_read * 1e6 / n:.2f} us per instance")
     print(f"decoder under hb.map:   {with_map * 1e3:.1f} ms")
     print(f"same rounds, no suspension: {without * 1e3:.1f} ms")
     print(f"difference: {(with_map - without) * per:.2f} us per instance per read")

@@ -230,6 +230,51 @@ def test_nested_map_batches_with_the_outer_instances():
     assert scope.stats.forced_flushes == 3
 
 
+def test_instance_greenlets_are_parked_and_reused_without_holding_results(monkeypatch):
+    """A finished instance's greenlet runs the next map's instances; parked, it keeps no
+    result (which would keep its scope and arenas alive), and at most POOL_LIMIT wait."""
+    import gc
+    import weakref
+
+    monkeypatch.setattr(mapping, "_parked", type(mapping._parked)())    # this thread's pool, empty
+    monkeypatch.setattr(mapping, "POOL_LIMIT", 3)
+
+    class Result:
+        pass
+
+    def instance(x):
+        (hb.array(np.float64(x)) * 2.0).item()
+        return Result()
+
+    with hb.batching() as scope:
+        results = hb.map(instance, range(5))
+    parked = list(mapping._parked.pool)
+    assert len(parked) == 3 and not any(g.dead for g in parked)
+    dropped = [weakref.ref(r) for r in results] + [weakref.ref(scope)]
+    del results, scope
+    gc.collect()
+    assert all(ref() is None for ref in dropped)
+    with hb.batching():
+        hb.map(instance, range(2))
+    assert mapping._parked.pool[:1] == parked[:1] and len(mapping._parked.pool) == 3
+
+
+def test_each_instance_starts_in_an_empty_context_on_a_reused_greenlet():
+    import contextvars
+    seen = contextvars.ContextVar("seen", default=None)
+
+    def instance(x):
+        before = seen.get()
+        seen.set(x)
+        (hb.array(np.float64(x)) * 1.0).item()
+        return before, seen.get()
+
+    with hb.batching():
+        first = hb.map(instance, [1, 2])
+        second = hb.map(instance, [3, 4])
+    assert first == [(None, 1), (None, 2)] and second == [(None, 3), (None, 4)]
+
+
 def test_outside_a_scope_map_is_a_plain_loop(monkeypatch):
     monkeypatch.setattr(mapping, "greenlet", None)     # no greenlet needed there
     assert hb.map(lambda x: x * 2, (i for i in range(3))) == [0, 2, 4]
