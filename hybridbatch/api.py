@@ -112,10 +112,11 @@ def add(a, b):
     >>> (hb.array([1.0, 2.0]) + 0.5).asnumpy()
     array([1.5, 2.5], dtype=float32)
     """
-    if isinstance(b, _Number):
-        return _scalar_affine(a, 1, b)
-    if isinstance(a, _Number):
-        return _scalar_affine(b, 1, a)
+    if a.__class__ is not Future or b.__class__ is not Future:    # two values skip the number tests
+        if isinstance(b, _Number):
+            return _scalar_affine(a, 1, b)
+        if isinstance(a, _Number):
+            return _scalar_affine(b, 1, a)
     return apply(E.Add, (a, b))
 
 
@@ -128,10 +129,11 @@ def sub(a, b):
     >>> (1 - hb.array([0.25, 1.0])).asnumpy()
     array([0.75, 0.  ], dtype=float32)
     """
-    if isinstance(b, _Number):       # negated as a Python number: -np.uint8(3) wraps to 253
-        return _scalar_affine(a, 1, -_exact(b))
-    if isinstance(a, _Number):
-        return _scalar_affine(b, -1, a)
+    if a.__class__ is not Future or b.__class__ is not Future:    # two values skip the number tests
+        if isinstance(b, _Number):       # negated as a Python number: -np.uint8(3) wraps to 253
+            return _scalar_affine(a, 1, -_exact(b))
+        if isinstance(a, _Number):
+            return _scalar_affine(b, -1, a)
     return apply(E.Sub, (a, b))
 
 
@@ -145,10 +147,11 @@ def mul(a, b):
     >>> (2 * hb.array([1.5])).asnumpy()
     array([3.], dtype=float32)
     """
-    if isinstance(b, _Number):
-        return _scalar_affine(a, b, 0)
-    if isinstance(a, _Number):
-        return _scalar_affine(b, a, 0)
+    if a.__class__ is not Future or b.__class__ is not Future:    # two values skip the number tests
+        if isinstance(b, _Number):
+            return _scalar_affine(a, b, 0)
+        if isinstance(a, _Number):
+            return _scalar_affine(b, a, 0)
     return apply(E.Mul, (a, b))
 
 

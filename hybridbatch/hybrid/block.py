@@ -238,27 +238,34 @@ class HybridBlock(Block):
             # the hot path, written out in this frame: exact class tests are cheaper than isinstance
             g = scope.graph
             types = g.type
-            ids, key, ints = [], [], None
-            for a in args:
-                if a.__class__ is Future and a.scope is scope:     # the common cases first
-                    i = a.id
-                    ids.append(i)
-                    key.append(types[i])
-                elif a.__class__ is int:
-                    key.append(INT)
-                    ints = [a] if ints is None else ints + [a]
-                elif isinstance(a, Parameter):
-                    key.append(a)
-                elif isinstance(a, _FLAGS):
-                    key.append(_flag(a))
-                elif isinstance(a, (int, np.integer)):
-                    key.append(INT)
-                    ints = [int(a)] if ints is None else ints + [int(a)]
-                else:
-                    i = _as_handle(a, scope).id
-                    ids.append(i)
-                    key.append(types[i])
-            key = tuple(key)
+            ints = None
+            a = args[0] if len(args) == 1 else None
+            if a.__class__ is Future and a.scope is scope:     # one value of this scope: most common
+                i = a.id
+                ids = (i,)
+                key = (types[i],)
+            else:
+                ids, key = [], []
+                for a in args:
+                    if a.__class__ is Future and a.scope is scope:     # the common cases first
+                        i = a.id
+                        ids.append(i)
+                        key.append(types[i])
+                    elif a.__class__ is int:
+                        key.append(INT)
+                        ints = [a] if ints is None else ints + [a]
+                    elif isinstance(a, Parameter):
+                        key.append(a)
+                    elif isinstance(a, _FLAGS):
+                        key.append(_flag(a))
+                    elif isinstance(a, (int, np.integer)):
+                        key.append(INT)
+                        ints = [int(a)] if ints is None else ints + [int(a)]
+                    else:
+                        i = _as_handle(a, scope).id
+                        ids.append(i)
+                        key.append(types[i])
+                key = tuple(key)
             program = self._programs.get(key) or self._program(key)
             if program.n_draws:
                 ints = (ints or []) + next_keys(program.n_draws)

@@ -12,23 +12,20 @@ def install(cls, api, named=False):
     """named: cls is a named container (Parameter), kept in lists and compared by identity;
     on values (Future, Tensor) `==` and `!=` raise, and `<`, `<=`, `>`, `>=` read the
     numbers and compare them as numpy does (a read: see Future.asnumpy)."""
-    def binary(fn):
-        return lambda self, other: fn(self, other)
-
     def reflected(fn):
         return lambda self, other: fn(other, self)
 
-    cls.__add__ = binary(api.add)
+    cls.__add__ = api.add       # a function as a class attribute: a.__add__(b) is add(a, b), one frame
     cls.__radd__ = lambda self, other: self if _sum_start(other, self) else api.add(other, self)
-    cls.__sub__ = binary(api.sub)
+    cls.__sub__ = api.sub
     cls.__rsub__ = reflected(api.sub)
-    cls.__mul__ = binary(api.mul)
+    cls.__mul__ = api.mul
     cls.__rmul__ = reflected(api.mul)
-    cls.__truediv__ = binary(api.div)
+    cls.__truediv__ = api.div
     cls.__rtruediv__ = reflected(api.div)
-    cls.__matmul__ = binary(api.matmul)
+    cls.__matmul__ = api.matmul
     cls.__rmatmul__ = reflected(api.matmul)
-    cls.__pow__ = binary(api.pow)
+    cls.__pow__ = api.pow
     cls.__rpow__ = reflected(api.pow)
     cls.__neg__ = lambda self: api.mul(self, -1)
     cls.T = property(api.transpose)

@@ -164,11 +164,22 @@ class batching:
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
         g = self.graph
         types = g.type
-        a = args[0] if len(args) == 1 else None
-        if a.__class__ is Future and a.scope is self:      # one value of this scope: most common
+        n = len(args)
+        a = args[0] if n else None
+        # one or two values of this scope: the common cases (a unary op, a binary one)
+        if n == 1 and a.__class__ is Future and a.scope is self:
             i = a.id
             codes = (types[i],)
             ids = (i,)
+        elif n == 2 and a.__class__ is Future and a.scope is self and (b := args[1]).__class__ is Future \
+                and b.scope is self:
+            i, j = a.id, b.id
+            codes = (types[i], types[j])
+            ids = (i, j)
+        elif n == 1 and a.__class__ is Parameter and not op.needs_batched:    # a table's lookup
+            codes = (-a.pid - 1,)
+            ids = ()
+            self.params[a.pid] = a      # signatures name it by id: keep it alive
         else:
             codes, ids = [], []
             for a in args:
