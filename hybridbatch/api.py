@@ -87,6 +87,8 @@ def _like(v, other):
 def _exact(v):
     """A scalar operand as an exact Python number: an integer stays an int, so that int64
     x + (2**60 + 1) does not round the scalar through float64 as float() did."""
+    if v.__class__ is float or v.__class__ is int:
+        return v
     return int(v) if isinstance(v, (int, np.integer)) else float(v)
 
 
