@@ -225,3 +225,55 @@ def test_setting_data_refuses_values_the_dtype_cannot_hold(dtype, bad, match):
     np.testing.assert_array_equal(P.data, [0, 0])
     P.data = [3, 4]                  # values that fit are cast, as before
     assert P.data.dtype == dtype and P.data.tolist() == [3, 4]
+
+
+@pytest.mark.parametrize("rows", [3, 12])      # the few-rows loop, and a weight's GEMM
+def test_a_cleared_gradient_is_written_over_by_the_next_one_and_reads_as_zeros(rows):
+    """zero_grad() leaves the old numbers in place, marked void: the next gradient is
+    written, not added to them, and a read in between sees zeros."""
+    rng = np.random.default_rng(0)
+    w = hb.Parameter("void_w", (5, 4), rng=rng)
+    xs = rng.normal(size=(rows, 4)).astype(np.float32)
+
+    def backward():
+        with hb.batching():
+            hb.add_n([hb.sum(hb.tanh(w @ x)) for x in xs]).backward()
+
+    backward()
+    first = w.grad.copy()
+    assert np.abs(first).sum() > 0
+    w.zero_grad()
+    np.testing.assert_array_equal(w.peek_grad(), 0)
+    backward()
+    np.testing.assert_allclose(w.grad, first, rtol=1e-6)
+    w.zero_grad()
+    backward()                                      # no read of the void gradient in between
+    np.testing.assert_allclose(w.grad, first, rtol=1e-6)
+
+
+def test_a_void_gradient_takes_dense_and_row_gradients_as_zero_plus_them():
+    p = hb.Parameter("void_table", (4, 3), init="zeros")
+    p.add_grad(np.ones((4, 3), np.float32))
+    p.zero_grad()
+    p.add_grad(np.full((4, 3), 2.0, np.float32))
+    np.testing.assert_array_equal(p.grad, 2.0)
+    p.zero_grad()
+    p.add_grad_rows(np.array([1, 1]), np.ones((2, 3), np.float32))
+    np.testing.assert_array_equal(p.peek_grad(), [[0, 0, 0], [2, 2, 2], [0, 0, 0], [0, 0, 0]])
+    p.zero_grad()
+    p.grad = np.full((4, 3), 5.0, np.float32)
+    np.testing.assert_array_equal(p.grad, 5.0)
+
+
+def test_sgd_leaves_every_gradient_zero_after_its_step():
+    rng = np.random.default_rng(1)
+    w = hb.Parameter("sgd_void_w", (6, 6), rng=rng)
+    trainer = Trainer([w], "sgd", {"learning_rate": 0.1})
+    for _ in range(2):
+        with hb.batching():
+            hb.add_n([hb.sum(w @ rng.normal(size=6).astype(np.float32)) for _ in range(8)]).backward()
+        before = w.data.copy()
+        expected = before - 0.1 * w.peek_grad() / 8
+        trainer.step(8)
+        np.testing.assert_allclose(w.data, expected, rtol=1e-6)
+        np.testing.assert_array_equal(w.grad, 0)

@@ -486,6 +486,19 @@ def add_product(c, a, b):
         _call(lib, ops, a, b, 1.0, c)
 
 
+def product_into(c, a, b):
+    """c = a @ b in place, routed like `add_product`: a gradient whose old numbers are void
+    (Parameter.zero_grad) is written without reading them. c must not overlap a or b."""
+    lib = _library(b, a.shape[1])
+    ops = _mkl_operands(lib, a, b)
+    if ops is not None and _accumulator(c, a, b):
+        _call(lib, ops, a, b, 0.0, c)
+    elif isinstance(c, np.ndarray) and c.dtype == np.result_type(a, b) and c.flags.c_contiguous:
+        np.matmul(a, b, out=c)
+    else:
+        c[...] = a @ b
+
+
 def _accumulator(c, a, b):
     """Whether MKL may write a @ b's sum straight into c."""
     return (isinstance(c, np.ndarray) and c.dtype == a.dtype and c.flags.c_contiguous and

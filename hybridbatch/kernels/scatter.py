@@ -84,11 +84,14 @@ def _add_outer(dst, left, right):
                 dst[i, j] += a * right[k, j]
 
 
-def add_outer(dst, left, right):
-    """dst += left^T @ right, in place. A handful of rows (one instance's outer product) is
-    this file's loop, cheaper than a GEMM call; more rows (a weight's batches) are one GEMM
-    summing into dst (blas.add_product: no product temporary with MKL)."""
+def add_outer(dst, left, right, void=False):
+    """dst += left^T @ right, in place; with `void`, dst's numbers are not read (dst =
+    left^T @ right). A handful of rows (one instance's outer product) is this file's loop,
+    cheaper than a GEMM call; more rows (a weight's batches) are one GEMM summing into dst
+    (blas.add_product: no product temporary with MKL) or written into it."""
     if not isinstance(dst, np.ndarray) or left.shape[0] > 4 or not _compiled(dst):
-        blas.add_product(dst, left.T, right)
+        (blas.product_into if void else blas.add_product)(dst, left.T, right)
         return
+    if void:
+        dst[...] = 0
     _add_outer(dst, np.ascontiguousarray(left, dst.dtype), np.ascontiguousarray(right, dst.dtype))

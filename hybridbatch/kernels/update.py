@@ -1,5 +1,6 @@
-"""The plain SGD step fused with clearing the gradient: weight -= coef * grad and grad = 0 in
-one pass, where numpy makes three over the gradient (scale, subtract, clear)."""
+"""The plain SGD step in one compiled pass, where numpy makes two over the gradient (scale,
+subtract). A dense gradient is then cleared without a pass (Parameter.zero_grad marks it
+void); a gradient's rows are cleared in the pass that reads them."""
 import numpy as np
 from numba import njit
 
@@ -10,7 +11,6 @@ _COMPILED = (np.dtype(np.float32), np.dtype(np.float64))
 def _descend(weight, grad, coef):
     for i in range(weight.shape[0]):
         weight[i] -= coef * grad[i]
-        grad[i] = 0
 
 
 @njit(cache=True)
@@ -22,9 +22,9 @@ def _descend_rows(weight, grad, rows, coef):
             grad[r, j] = 0
 
 
-def descend_and_clear(weight, grad, coef, rows=None):
-    """weight -= coef * grad, then grad = 0: everywhere, or in the leading-axis `rows` only.
-    Returns False, having done nothing, where numba cannot write the arrays in place
+def descend(weight, grad, coef, rows=None):
+    """weight -= coef * grad everywhere; or in the leading-axis `rows` only, then grad = 0
+    there. Returns False, having done nothing, where numba cannot write the arrays in place
     (cupy, float16, a strided view, dtypes that differ): the caller's numpy path does it."""
     if not (isinstance(weight, np.ndarray) and isinstance(grad, np.ndarray)
             and weight.dtype == grad.dtype and weight.dtype in _COMPILED

@@ -39,7 +39,7 @@ from ..errors import NumericsError
 from .lr_schedule import Schedule, schedule_from_config
 from .parameter import Parameter
 from .parameter_dict import ParameterDict, read_npz, write_npz
-from ..kernels.update import descend_and_clear
+from ..kernels.update import descend
 from ..runtime import profile
 from ..runtime import backend
 
@@ -238,9 +238,10 @@ class SGD(Optimizer):
         weight += mom
 
     def apply(self, param, state, scale, lr, rows=None):
-        """Plain SGD is one compiled pass that also clears the gradient, where numpy makes three."""
-        if self.rows_only(state) and descend_and_clear(param.data, param.peek_grad(), lr * scale, rows):
-            param.grad_zeroed()
+        """Plain SGD is one compiled pass, where numpy makes two; given rows, that pass also
+        clears the gradient's rows (a dense gradient is cleared without one: zero_grad)."""
+        if self.rows_only(state) and descend(param.data, param.peek_grad(), lr * scale, rows):
+            param.zero_grad(None) if rows is None else param.grad_zeroed()
         else:
             super().apply(param, state, scale, lr, rows)
 

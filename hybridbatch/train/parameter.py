@@ -168,6 +168,7 @@ class Parameter:
                              f"not {self.shape}")
         self._data = backend.xp().asarray(value, dtype=self.dtype)
         self._grad = backend.xp().zeros(self.shape, self.dtype)
+        self._grad_void = False    # True: the gradient is zero, whatever _grad holds (zero_grad)
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
         # validated by the property below; a parameter of integers or bools has no gradient
         self.grad_req = grad_req if grad_req is not None else "write" if self.dtype.kind in "fc" else "null"
@@ -218,7 +219,7 @@ class Parameter:
         """The gradient added up since the last step or zero_grad(). Reading it turns row
         tracking off, since the caller may write anywhere in it; peek_grad() does not."""
         self._grad_rows = None
-        return self._grad
+        return self._grad_array()
 
     @grad.setter
     def grad(self, value):       # `p.grad *= s` assigns the same array back
@@ -228,20 +229,32 @@ class Parameter:
                 raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set a gradient "
                                  f"of shape {value.shape}")
             self._grad[...] = value
+            self._grad_void = False
         self._grad_rows = None
 
     def peek_grad(self):
         """grad for reading only: row tracking stays on."""
+        return self._grad_array()
+
+    def _grad_array(self):
+        """_grad holding the gradient: zeros written where zero_grad left it void."""
+        if self._grad_void:
+            self._grad[...] = 0
+            self._grad_void = False
         return self._grad
 
     def add_grad(self, g):
         """grad += g (dense)."""
-        self._grad += g
+        if self._grad_void:
+            self._grad[...] = g
+            self._grad_void = False
+        else:
+            self._grad += g
         self._grad_rows = None
 
     def add_grad_rows(self, rows, values):
         """grad[rows[k]] += values[k], rows may repeat."""
-        scatter_add_rows(self._grad, rows, values)
+        scatter_add_rows(self._grad_array(), rows, values)
         if self._grad_rows is not None:
             self._grad_rows.append(rows)
             if len(self._grad_rows) > 32:     # many backward calls without a step: compact
@@ -250,8 +263,10 @@ class Parameter:
                 self._grad_rows = [merged] if 2 * len(merged) < self.shape[0] else None
 
     def add_grad_outer(self, left, right):
-        """grad += left^T @ right (add_outer: a loop for few rows, a GEMM into grad for many)."""
-        add_outer(self._grad, left, right)
+        """grad += left^T @ right (add_outer: a loop for few rows, a GEMM into grad for many;
+        written, not added, where the gradient is void)."""
+        add_outer(self._grad, left, right, void=self._grad_void)
+        self._grad_void = False
         self._grad_rows = None
 
     def grad_rows(self):
@@ -269,11 +284,14 @@ class Parameter:
         return rows[first]
 
     def zero_grad(self, rows=_ASK):
-        """Clear grad. rows: what grad_rows() just returned, when the caller has it."""
+        """Clear grad. rows: what grad_rows() just returned, when the caller has it. Cleared
+        everywhere, the gradient is marked void rather than written: the next gradient
+        added is written into it (a weight's GEMM without reading its old numbers), and a
+        reader gets zeros then. A step thus saves a pass over each dense gradient."""
         if rows is _ASK:
             rows = self.grad_rows()
         if rows is None:
-            self._grad[...] = 0
+            self._grad_void = True
         elif len(rows):
             self._grad[rows] = 0
         self.grad_zeroed()
