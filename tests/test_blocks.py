@@ -745,3 +745,32 @@ def test_a_container_of_unregistered_blocks_or_parameters_warns():
     with pytest.warns(UserWarning, match=r"Holder.extra holds 1 .* not registered"):
         block.extra = {"V": hb.Parameter("V", (2,))}
     assert list(block.collect_params()) == ["W"]
+
+
+def test_calling_a_plain_block_runs_its_own_forward_down_the_subclasses():
+    """Block subclasses get forward as __call__ (one frame); an override of forward in a
+    subclass, a class's own __call__ and HybridBlock's call are each kept."""
+    class Base(hb.Block):
+        def forward(self, x):
+            return ("base", x)
+
+    class Child(Base):
+        def forward(self, x):
+            return ("child", x)
+
+    class Grandchild(Child):
+        pass
+
+    class OwnCall(Base):
+        def __call__(self, x):
+            return ("own", x)
+
+    class Cell(hb.HybridBlock):
+        def forward(self, x):
+            return x * 2.0
+
+    assert Base()(1) == ("base", 1) and Child()(2) == ("child", 2) and Grandchild()(3) == ("child", 3)
+    assert OwnCall()(4) == ("own", 4)
+    assert Cell.__call__ is hb.HybridBlock.__call__
+    with pytest.raises(NotImplementedError, match="must define forward"):
+        type("NoForward", (hb.Block,), {})()(1)

@@ -52,6 +52,9 @@ def _select_traces_of_modes():
             object.__setattr__(block, "_modes", modes)
 
 
+_CALLS_THAT_FORWARD = set()     # Block.__call__ and the forwards that stand in for it
+
+
 class Block:
     """Base of every model piece. Assigning a Parameter or a Block to an attribute registers
     it; assigning or deleting any attribute drops the traced programs (see _forget_traces).
@@ -150,6 +153,15 @@ class Block:
     def __call__(self, *args):
         return self.forward(*args)
 
+    def __init_subclass__(cls, **kwargs):
+        """A subclass that keeps Block's call gets its forward as its __call__: calling the
+        block is then one frame, not two (a Block around a cell, such as nn.TreeLSTMCell,
+        is called at every tree node). HybridBlock and any class defining __call__ keep theirs."""
+        super().__init_subclass__(**kwargs)
+        if "__call__" not in cls.__dict__ and cls.__call__ in _CALLS_THAT_FORWARD:
+            cls.__call__ = cls.forward
+            _CALLS_THAT_FORWARD.add(cls.forward)
+
     def children(self):
         """The child blocks by attribute name (a new dict)."""
         return dict(self._children)
@@ -193,6 +205,9 @@ class Block:
         for name, child in self._children.items():
             lines.append("  " + f"({name}): {child!r}".replace("\n", "\n  "))
         return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}()"
+
+
+_CALLS_THAT_FORWARD.add(Block.__call__)
 
 
 class HybridBlock(Block):
