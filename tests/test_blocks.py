@@ -774,3 +774,12 @@ def test_calling_a_plain_block_runs_its_own_forward_down_the_subclasses():
     assert Cell.__call__ is hb.HybridBlock.__call__
     with pytest.raises(NotImplementedError, match="must define forward"):
         type("NoForward", (hb.Block,), {})()(1)
+
+
+def test_a_block_whose_forward_is_a_staticmethod_is_called_through_block_call():
+    class Static(hb.Block):
+        @staticmethod
+        def forward(x):
+            return ("static", x)
+
+    assert Static()(5) == ("static", 5)

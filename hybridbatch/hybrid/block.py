@@ -7,6 +7,7 @@ traced program once on the stacked inputs (composite.py); at op granularity the 
 replayed op by op so primitive ops batch across block boundaries; eagerly it is replayed for
 one instance.
 """
+import inspect
 import warnings
 import weakref
 
@@ -52,7 +53,7 @@ def _select_traces_of_modes():
             object.__setattr__(block, "_modes", modes)
 
 
-_CALLS_THAT_FORWARD = set()     # Block.__call__ and the forwards that stand in for it
+_CALLS_THAT_FORWARD = weakref.WeakSet()     # Block.__call__ and the forwards that stand in for it
 
 
 class Block:
@@ -156,11 +157,13 @@ class Block:
     def __init_subclass__(cls, **kwargs):
         """A subclass that keeps Block's call gets its forward as its __call__: calling the
         block is then one frame, not two (a Block around a cell, such as nn.TreeLSTMCell,
-        is called at every tree node). HybridBlock and any class defining __call__ keep theirs."""
+        is called at every tree node). HybridBlock, a class defining __call__, and one whose
+        forward is not a plain function (a staticmethod) keep theirs."""
         super().__init_subclass__(**kwargs)
-        if "__call__" not in cls.__dict__ and cls.__call__ in _CALLS_THAT_FORWARD:
-            cls.__call__ = cls.forward
-            _CALLS_THAT_FORWARD.add(cls.forward)
+        forward = inspect.getattr_static(cls, "forward")
+        if "__call__" not in cls.__dict__ and cls.__call__ in _CALLS_THAT_FORWARD and inspect.isfunction(forward):
+            cls.__call__ = forward
+            _CALLS_THAT_FORWARD.add(forward)
 
     def children(self):
         """The child blocks by attribute name (a new dict)."""
