@@ -99,8 +99,9 @@ def _scalar_affine(x, a, c):
     baked into a trace's kernels."""
     a, c = _exact(a), _exact(c)
     scope = _local.scope
-    if scope is not None and not scope.tracing and getattr(getattr(x, "dtype", None), "kind", "") == "f":
-        scalars = np.array([a, c if c or c.__class__ is float else -0.0], dtype=x.dtype)
+    dtype = getattr(x, "dtype", None) if scope is not None and not scope.tracing else None
+    if getattr(dtype, "kind", "") == "f":
+        scalars = np.array([a, c if c or c.__class__ is float else -0.0], dtype=dtype)
         return scope.record(E.ScalarAffineOperand, (x, scope.owned_constant(scalars)))
     return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(a, c))
 

@@ -272,6 +272,10 @@ class HybridBlock(Block):
                     elif a.__class__ is int:
                         key.append(INT)
                         ints = [a] if ints is None else ints + [a]
+                    elif a.__class__ is np.ndarray:     # an input array: a constant
+                        i = scope.constant(a).id
+                        ids.append(i)
+                        key.append(types[i])
                     elif isinstance(a, Parameter):
                         key.append(a)
                     elif isinstance(a, _FLAGS):
