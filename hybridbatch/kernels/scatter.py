@@ -46,9 +46,9 @@ def _column_range(src):
 
 def scatter_add_rows(dst, rows, src):
     """Add each row of `src` into `dst` at `rows` (leading axis); other axes flattened."""
-    if not isinstance(dst, np.ndarray):     # cupy: its own atomic scatter-add
-        import cupyx
-        cupyx.scatter_add(dst, rows, src)
+    if not isinstance(dst, np.ndarray):     # cupy: its own atomic scatter-add (ufunc.at)
+        import cupy
+        cupy.add.at(dst, rows, src)
         return
     if not _compiled(dst):
         np.add.at(dst, np.asarray(rows, np.int64), src)
