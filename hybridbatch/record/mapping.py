@@ -92,15 +92,16 @@ _parked = threading.local()
 def _serve(fn, x):
     """An instance greenlet's run: fn(x) for each (fn, x) its driver hands it, its outcome
     left on the greenlet rather than in a local, so that a parked greenlet holds no result
-    (and through it no scope); ends when handed (None, None)."""
-    me = getcurrent()
+    (and through it no scope); ends when handed (None, None). No local holds the greenlet
+    itself: a suspended frame's references are invisible to the garbage collector, so such
+    a cycle would keep every greenlet the pool drops (and a finished thread's pool) alive."""
     while fn is not None:
         try:
-            me.outcome = True, fn(x)
+            getcurrent().outcome = True, fn(x)
         except Exception as e:
-            me.outcome = False, e
+            getcurrent().outcome = False, e
         fn = x = None
-        fn, x = me.driver.switch(_DONE)
+        fn, x = getcurrent().driver.switch(_DONE)
 
 
 def _suspend():
