@@ -7,7 +7,6 @@ traced program once on the stacked inputs (composite.py); at op granularity the 
 replayed op by op so primitive ops batch across block boundaries; eagerly it is replayed for
 one instance.
 """
-import inspect
 import warnings
 import weakref
 
@@ -51,9 +50,6 @@ def _select_traces_of_modes():
             block._programs_of_modes[block._modes] = block._programs
             object.__setattr__(block, "_programs", block._programs_of_modes.pop(modes, {}))
             object.__setattr__(block, "_modes", modes)
-
-
-_CALLS_THAT_FORWARD = weakref.WeakSet()     # Block.__call__ and the forwards that stand in for it
 
 
 class Block:
@@ -154,17 +150,6 @@ class Block:
     def __call__(self, *args):
         return self.forward(*args)
 
-    def __init_subclass__(cls, **kwargs):
-        """A subclass that keeps Block's call gets its forward as its __call__: calling the
-        block is then one frame, not two (a Block around a cell, such as nn.TreeLSTMCell,
-        is called at every tree node). HybridBlock, a class defining __call__, and one whose
-        forward is not a plain function (a staticmethod) keep theirs."""
-        super().__init_subclass__(**kwargs)
-        forward = inspect.getattr_static(cls, "forward")
-        if "__call__" not in cls.__dict__ and cls.__call__ in _CALLS_THAT_FORWARD and inspect.isfunction(forward):
-            cls.__call__ = forward
-            _CALLS_THAT_FORWARD.add(forward)
-
     def children(self):
         """The child blocks by attribute name (a new dict)."""
         return dict(self._children)
@@ -208,9 +193,6 @@ class Block:
         for name, child in self._children.items():
             lines.append("  " + f"({name}): {child!r}".replace("\n", "\n  "))
         return "\n".join(lines) + ")" if len(lines) > 1 else f"{type(self).__name__}()"
-
-
-_CALLS_THAT_FORWARD.add(Block.__call__)
 
 
 class HybridBlock(Block):
