@@ -277,3 +277,47 @@ def test_sgd_leaves_every_gradient_zero_after_its_step():
         trainer.step(8)
         np.testing.assert_allclose(w.data, expected, rtol=1e-6)
         np.testing.assert_array_equal(w.grad, 0)
+
+
+def test_a_gradient_array_kept_by_the_caller_is_cleared_in_place():
+    """zero_grad marks a gradient void only while nothing else holds its array: a kept
+    array (or a view of it) reads zeros after it, and what is added into it then counts."""
+    p = hb.Parameter("kept_grad", (3, 2), init="zeros")
+    p.add_grad(np.ones((3, 2), np.float32))
+    kept = p.grad
+    row = kept[1]
+    p.zero_grad()
+    np.testing.assert_array_equal(kept, 0)
+    kept += 3.0
+    p.add_grad(np.ones((3, 2), np.float32))
+    np.testing.assert_array_equal(p.grad, 4.0)
+    del kept
+    p.zero_grad()
+    np.testing.assert_array_equal(row, 0)
+
+
+def test_a_gradient_assigned_back_after_zero_grad_is_kept():
+    p = hb.Parameter("assigned_grad", (2, 2), init="zeros")
+    g = p.grad
+    p.zero_grad()
+    g[...] = 7.0
+    p.grad = g
+    np.testing.assert_array_equal(p.grad, 7.0)
+
+
+@pytest.mark.parametrize("rule", ["sgd", "adam"])
+def test_a_step_leaves_an_unheld_gradient_void_and_the_next_backward_writes_it(rule):
+    rng = np.random.default_rng(2)
+    w = hb.Parameter(f"void_step_{rule}", (6, 6), rng=rng)
+    trainer = Trainer([w], rule, {"learning_rate": 0.01})
+    xs = rng.normal(size=(8, 6)).astype(np.float32)
+
+    def backward():
+        with hb.batching():
+            hb.add_n([hb.sum(w @ x) for x in xs]).backward()
+
+    backward()
+    trainer.step(8)
+    assert w._grad_void
+    backward()
+    np.testing.assert_allclose(w.peek_grad(), np.tile(xs.sum(axis=0), (6, 1)), rtol=1e-5)

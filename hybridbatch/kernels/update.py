@@ -1,6 +1,7 @@
 """The plain SGD step in one compiled pass, where numpy makes two over the gradient (scale,
-subtract). A dense gradient is then cleared without a pass (Parameter.zero_grad marks it
-void); a gradient's rows are cleared in the pass that reads them."""
+subtract). A dense gradient is then cleared by Parameter.zero_grad (marked void, without a
+pass, where nothing else holds it); a gradient's rows are cleared in the pass that reads
+them."""
 import numpy as np
 from numba import njit
 

@@ -136,6 +136,7 @@ class Optimizer:
             w, g = weight[rows], grad[rows]
             self.update(w, g, state, scale, lr)
             weight[rows] = w
+        del grad        # held here, the gradient would be cleared by a pass (Parameter.zero_grad)
         param.zero_grad(rows)
 
     def options(self):
@@ -241,7 +242,10 @@ class SGD(Optimizer):
         """Plain SGD is one compiled pass, where numpy makes two; given rows, that pass also
         clears the gradient's rows (a dense gradient is cleared without one: zero_grad)."""
         if self.rows_only(state) and descend(param.data, param.peek_grad(), lr * scale, rows):
-            param.zero_grad(None) if rows is None else param.grad_zeroed()
+            if rows is None:
+                param.zero_grad(None)
+            else:
+                param.grad_zeroed()
         else:
             super().apply(param, state, scale, lr, rows)
 

@@ -6,6 +6,7 @@ signature (DyNet App. A), so all their calls batch into one kernel over the stac
 import itertools
 import math
 import operator
+import sys
 import weakref
 
 import numpy as np
@@ -17,6 +18,7 @@ from ..kernels.scatter import add_outer, scatter_add_rows
 _ids = itertools.count()
 GRAD_REQS = ("write", "null")
 _ASK = object()     # zero_grad: compute the rows to clear
+_UNHELD = 2         # sys.getrefcount of a gradient array only its Parameter holds (and the call's argument)
 _live = weakref.WeakValueDictionary()
 
 
@@ -229,7 +231,7 @@ class Parameter:
                 raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set a gradient "
                                  f"of shape {value.shape}")
             self._grad[...] = value
-            self._grad_void = False
+        self._grad_void = False
         self._grad_rows = None
 
     def peek_grad(self):
@@ -285,13 +287,18 @@ class Parameter:
 
     def zero_grad(self, rows=_ASK):
         """Clear grad. rows: what grad_rows() just returned, when the caller has it. Cleared
-        everywhere, the gradient is marked void rather than written: the next gradient
-        added is written into it (a weight's GEMM without reading its old numbers), and a
-        reader gets zeros then. A step thus saves a pass over each dense gradient."""
+        everywhere while nothing outside holds the gradient's array (a view of it counts),
+        the gradient is marked void rather than written: the next weight GEMM writes into
+        it without reading its old numbers, and a reader gets zeros first. A step thus
+        saves a pass over each dense gradient; an array a caller kept is cleared in place,
+        as before, so it never shows stale numbers."""
         if rows is _ASK:
             rows = self.grad_rows()
         if rows is None:
-            self._grad_void = True
+            if sys.getrefcount(self._grad) <= _UNHELD:
+                self._grad_void = True
+            else:
+                self._grad[...] = 0
         elif len(rows):
             self._grad[rows] = 0
         self.grad_zeroed()
