@@ -262,6 +262,9 @@ def test_instance_greenlets_are_parked_and_reused_without_holding_results(monkey
 def test_a_finished_threads_parked_greenlets_are_freed():
     import gc
     import threading
+    import weakref
+
+    parked = []
 
     def instance(x):
         return (hb.array(np.float64(x)) * 2.0).item()
@@ -269,16 +272,15 @@ def test_a_finished_threads_parked_greenlets_are_freed():
     def work():
         with hb.batching():
             assert hb.map(instance, range(20)) == [2.0 * x for x in range(20)]
+        parked.extend(weakref.ref(g) for g in mapping._parked.pool)
 
-    gc.collect()
-    before = sum(isinstance(o, mapping._Instance) for o in gc.get_objects())
     threads = [threading.Thread(target=work) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     gc.collect()
-    assert sum(isinstance(o, mapping._Instance) for o in gc.get_objects()) == before
+    assert len(parked) == 60 and all(ref() is None for ref in parked)
 
 
 def test_each_instance_starts_in_an_empty_context_on_a_reused_greenlet():
