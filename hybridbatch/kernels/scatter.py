@@ -90,7 +90,7 @@ def add_outer(dst, left, right, void=False):
     cheaper than a GEMM call; more rows (a weight's batches) are one GEMM summing into dst
     (blas.add_product: no product temporary with MKL) or written into it."""
     if not isinstance(dst, np.ndarray) or left.shape[0] > 4 or not _compiled(dst):
-        (blas.product_into if void else blas.add_product)(dst, left.T, right)
+        blas.add_product(dst, left.T, right, beta=0.0 if void else 1.0)
         return
     if void:
         dst[...] = 0
