@@ -22,10 +22,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from hybridbatch_workloads.bench.machine import THREAD_VARS  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
 
-for _var in THREAD_VARS:
-    os.environ.setdefault(_var, "1")
+one_thread()
 
 import numpy as np  # noqa: E402
 

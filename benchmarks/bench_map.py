@@ -16,10 +16,13 @@ does not count) of --repeats, the two runs of the second alternating:
 """
 import argparse
 import os
+import sys
 import time
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+
+one_thread()
 
 import numpy as np  # noqa: E402
 

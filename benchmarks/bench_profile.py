@@ -8,18 +8,19 @@ the median over rounds of on / off. With --trace, the Chrome trace of the last p
 round is written there. Prints one JSON object.
 """
 import os
+import sys
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+
+one_thread()
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch_workloads.bench.registry import make_workload  # noqa: E402

@@ -42,10 +42,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-from hybridbatch_workloads.bench.machine import THREAD_VARS, machine_info, pinned  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.bench.machine import machine_info, one_thread, pinned  # noqa: E402  (numpy not yet)
 
-for _var in THREAD_VARS:
-    os.environ.setdefault(_var, "1")
+one_thread()
 
 import numpy as np  # noqa: E402
 

@@ -13,9 +13,12 @@ automata's product, plus the tail types' chains and the unbatchable nodes. Where
 after --limit expansions it still reports a lower bound (the smallest f left open).
 """
 import os
+import sys
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+
+one_thread()
 
 import argparse  # noqa: E402
 import json  # noqa: E402

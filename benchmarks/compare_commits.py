@@ -19,9 +19,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from hybridbatch_workloads.bench.machine import THREAD_VARS, pinned  # noqa: E402
+from hybridbatch_workloads.bench.machine import ONE_THREAD, pinned  # noqa: E402
 
-THREADS = {v: "1" for v in THREAD_VARS}
 
 
 def _checkout(repo, rev, where):
@@ -37,7 +36,7 @@ def _run(tree, workload, args, data, out):
     if data:
         cmd += ["--data", os.path.abspath(data)]
     cmd = pinned(cmd, args.core)
-    env = dict(os.environ, PYTHONPATH=tree, **THREADS)
+    env = dict(os.environ, PYTHONPATH=tree, **ONE_THREAD)
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         res = json.load(f)

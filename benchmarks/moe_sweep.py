@@ -30,9 +30,10 @@ import statistics
 import sys
 import time
 
-for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(var, "1")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+
+one_thread()
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch_workloads.bench.machine import machine_info  # noqa: E402

@@ -26,7 +26,6 @@ process's first --cold-instances against its own steady pass over the same insta
 (harness.run_cold_start).
 """
 import argparse
-import inspect
 import json
 import os
 import shutil
@@ -39,19 +38,12 @@ from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from hybridbatch_workloads.bench.machine import THREAD_VARS, pinned  # noqa: E402
+from hybridbatch_workloads.bench.machine import ONE_THREAD, pinned  # noqa: E402
 
-THREADS = {v: "1" for v in THREAD_VARS}
 PEER = os.path.join(ROOT, "benchmarks", "peers", "pytorch_tagger.py")
 PEER_PYTHON = os.path.join(ROOT, "benchmarks", "peers", ".venv", "bin", "python")
 CHILDSUM_GRANULARITIES = ("block", "op", "auto")
 COUNTED = ("W1-NATURAL", "W2-NATURAL", "CHILDSUM")
-
-
-def default_granularity():
-    """The granularity `hb.batching()` uses when it is given none."""
-    from hybridbatch.record.scope import batching
-    return inspect.signature(batching).parameters["granularity"].default
 
 
 def _bench(args, workload, out, policy, granularity=None, eager=False, extra=(), env=None):
@@ -64,7 +56,7 @@ def _bench(args, workload, out, policy, granularity=None, eager=False, extra=(),
         cmd += ["--granularity", granularity]
     if args.data:
         cmd += ["--data", os.path.abspath(args.data)]
-    env = dict(os.environ, PYTHONPATH=ROOT, **THREADS, **(env or {}))
+    env = dict(os.environ, PYTHONPATH=ROOT, **ONE_THREAD, **(env or {}))
     subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)
@@ -94,7 +86,7 @@ def _write_sentences(args, path):
 def _peer(args, sentences, out):
     cmd = [args.peer_python, PEER, "--sentences", sentences, "--repeats", "1", "--instances",
            str(args.instances), "--warmup", str(args.warmup), "--json", out]
-    subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, **THREADS), check=True,
+    subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, **ONE_THREAD), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(out) as f:
         res = json.load(f)
@@ -126,13 +118,13 @@ COLD_CASES = (("empty_cache", "empty caches"), ("new_cell", "a new cell"), ("ins
 NEW_CELL_OTHER_HIDDEN = 128     # the "new cell" caches hold the child-sum cell's kernels at this size only
 
 
-def _warm_up(args, workloads, env, hidden=None):
-    """The install step's warm-up of some workloads into the caches `env` names (at
-    `hidden` instead of their default size)."""
-    cmd = [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up", *workloads]
+def _warm_up(args, env, hidden=None):
+    """The install step's warm-up into the caches `env` names (at `hidden` instead of the
+    workloads' default size)."""
+    cmd = [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up"]
     if hidden is not None:
         cmd += ["--hidden", str(hidden)]
-    subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **THREADS, **env),
+    subprocess.run(pinned(cmd, args.core), cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT, **ONE_THREAD, **env),
                    check=True, stdout=subprocess.DEVNULL)
 
 
@@ -147,7 +139,7 @@ def _cold(args, tmp):
         caches = {"HYBRIDBATCH_CACHE_DIR": os.path.join(folder, "kernels"),
                   "NUMBA_CACHE_DIR": os.path.join(folder, "numba")}
         if key != "empty_cache":
-            _warm_up(args, [], caches, hidden=NEW_CELL_OTHER_HIDDEN if key == "new_cell" else None)
+            _warm_up(args, caches, hidden=NEW_CELL_OTHER_HIDDEN if key == "new_cell" else None)
         cold_args = argparse.Namespace(**{**vars(args), "instances": args.cold_instances})
         out[key] = _bench(cold_args, "CHILDSUM", os.path.join(tmp, "cold.json"), args.policy,
                           granularity=args.granularity, extra=("--cold",), env=caches)
@@ -270,10 +262,11 @@ def main(argv=None):
         ap.error("--rounds, --instances and --cold-instances must be >= 1, --warmup and --eager-instances >= 0")
     if args.peer and not os.path.isfile(args.peer_python):
         ap.error(f"--peer needs the peers' venv ({args.peer_python}): run `make peers`")
+    from hybridbatch.record.scope import DEFAULT_GRANULARITY
     from hybridbatch.schedule import DEFAULT_POLICY
     args.default_policy = DEFAULT_POLICY
     args.policy = args.policy or args.default_policy
-    args.granularity = args.granularity or default_granularity()
+    args.granularity = args.granularity or DEFAULT_GRANULARITY
     rep = run(args)
     print(format_report(rep))
     if args.json:

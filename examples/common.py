@@ -9,13 +9,15 @@ import os
 import sys
 import time
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+
+one_thread()
 
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
+from hybridbatch.record.scope import GRANULARITIES  # noqa: E402
 from hybridbatch_workloads.cli_args import int_at_least, policy_arg, positive_float  # noqa: E402
 from hybridbatch_workloads.data import DataFormatError  # noqa: E402
 from hybridbatch.schedule import DEFAULT_POLICY, POLICIES  # noqa: E402
@@ -26,7 +28,7 @@ def add_batching_args(ap):
     ap.add_argument("--mode", choices=("batched", "eager"), default="batched")
     ap.add_argument("--policy", type=policy_arg, default=DEFAULT_POLICY,
                     help=f"{', '.join(sorted(POLICIES))}, or a saved FSM policy file ({DEFAULT_POLICY})")
-    ap.add_argument("--granularity", choices=("block", "op", "auto"), default="block")
+    ap.add_argument("--granularity", choices=GRANULARITIES, default="block")
 
 
 def load_or_exit(load):

@@ -39,6 +39,7 @@ _new = object.__new__
 _future_of = maker(1, None)     # (scope, nid) -> node nid's Future, without Future.__init__'s frame
 
 GRANULARITIES = ("op", "block", "auto")
+DEFAULT_GRANULARITY = "auto"
 # Read as a constant, a computed value from outside a traced forward would lose its gradient
 # (and keep its first value for every later call), where the un-hybridized forward has both.
 _CAPTURED = ("a hybridized block's forward read a value computed outside it (a closure, global or attribute); "
@@ -104,7 +105,7 @@ class batching:
     array([0.762, 0.762, 0.762], dtype=float32)
     """
 
-    def __init__(self, policy=DEFAULT_POLICY, granularity="auto", check_numerics=False):
+    def __init__(self, policy=DEFAULT_POLICY, granularity=DEFAULT_GRANULARITY, check_numerics=False):
         if granularity not in GRANULARITIES:
             raise ValueError(f"granularity must be one of {GRANULARITIES}, not {granularity!r}")
         self.policy = get_policy(policy)

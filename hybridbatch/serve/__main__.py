@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 
-from ..record.scope import GRANULARITIES
+from ..record.scope import DEFAULT_GRANULARITY, GRANULARITIES
 from ..schedule import DEFAULT_POLICY, POLICIES
 
 
@@ -58,7 +58,7 @@ def parse_args(argv=None):
                     help="larger request bodies get 413 (1 MiB)")
     ap.add_argument("--policy", choices=sorted(POLICIES), default=DEFAULT_POLICY,
                     help=f"the batching policy ({DEFAULT_POLICY})")
-    ap.add_argument("--granularity", choices=GRANULARITIES, default="auto")
+    ap.add_argument("--granularity", choices=GRANULARITIES, default=DEFAULT_GRANULARITY)
     ap.add_argument("--eager", action="store_true",
                     help="run each request alone, outside any batching scope: the unbatched baseline "
                          "(batches of one request: --max-batch-size is ignored)")

@@ -24,7 +24,7 @@ from ..errors import HybridBatchError
 from ..record.eager import Tensor
 from ..record.future import Future as _Pending
 from ..record import mapping
-from ..record.scope import batching
+from ..record.scope import DEFAULT_GRANULARITY, batching
 from ..schedule import DEFAULT_POLICY
 
 
@@ -116,7 +116,7 @@ class Batcher:
     """
 
     def __init__(self, model_fn, *, max_batch_size=None, max_delay_ms=5.0, max_queue=1024,
-                 policy=DEFAULT_POLICY, granularity="auto", eager=False):
+                 policy=DEFAULT_POLICY, granularity=DEFAULT_GRANULARITY, eager=False):
         if not callable(model_fn):
             raise TypeError(f"model_fn must be callable, not {type(model_fn).__name__}")
         if max_batch_size is None:

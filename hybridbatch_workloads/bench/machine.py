@@ -14,8 +14,16 @@ import sys
 import time
 
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+ONE_THREAD = {v: "1" for v in THREAD_VARS}      # a child process's environment for one thread
 
 GEMM_SHAPE = (1024, 512, 1280)      # (m, k, n): a (m x k) @ (k x n), float32
+
+
+def one_thread():
+    """One thread in this process where the environment says nothing: a script's first
+    lines, before numpy is first imported."""
+    for v in THREAD_VARS:
+        os.environ.setdefault(v, "1")
 
 
 def thread_settings():
