@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..record import signature
-from ..record.future import Future, maker
+from ..record.future import future_of, maker
 from ..record.scope import caller
 from ..record.signature import Signature
 from ..train.parameter import by_id
@@ -145,7 +145,7 @@ class Program:
             auxs.append(aux if j is None else ints[j])
             args.extend([vals[r] for r in refs])
             arg_end.append(len(args))
-        outs = [Future(scope, vals[o]) for o in self.outputs]
+        outs = [future_of(scope, vals[o]) for o in self.outputs]
         return outs[0] if self.container is None else self.container(outs)
 
     def replay(self, apply, constant, inputs, ints=()):

@@ -81,7 +81,8 @@ class Future:
 _new = object.__new__
 
 
-def _one(scope, nid):
+def future_of(scope, nid):
+    """Node nid's Future, made without Future.__init__'s frame (recording's hot path)."""
     f = _new(Future)
     f.scope = scope
     f.id = nid
@@ -111,11 +112,11 @@ def maker(n, container):
     hot path: it sets the two slots itself, a third cheaper than calling Future (whose
     __init__ is a Python frame)."""
     if container is None:
-        return _one
+        return future_of
     if container is list:
-        return lambda scope, nid: [_one(scope, nid + j) for j in range(n)]
+        return lambda scope, nid: [future_of(scope, nid + j) for j in range(n)]
     if n == 2:
         return _two
     if n == 3:
         return _three
-    return lambda scope, nid: tuple([_one(scope, nid + j) for j in range(n)])
+    return lambda scope, nid: tuple([future_of(scope, nid + j) for j in range(n)])

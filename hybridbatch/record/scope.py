@@ -15,7 +15,7 @@ import numpy as np
 from ..runtime.autograd import SECOND_BACKWARD, run_backward
 from ..errors import BackwardError, ScopeError
 from ..runtime.execute import run_forward
-from .future import Future, maker
+from .future import Future, future_of
 from ..hybrid.granularity import choose_granularity
 from .graph import Graph, Growable
 from ..ops.shape import Input, ParamRead
@@ -36,7 +36,6 @@ _local = _Local()
 _sig_by_key = signature._sig_by_key
 _input_sigs = {}     # (shape, dtype) -> the Input signature of a constant of that type
 _new = object.__new__
-_future_of = maker(1, None)     # (scope, nid) -> node nid's Future, without Future.__init__'s frame
 
 GRANULARITIES = ("op", "block", "auto")
 DEFAULT_GRANULARITY = "auto"
@@ -241,7 +240,7 @@ class batching:
         if len(types) != 1 or not self.open:
             return self.record(fixed, args)
         sig = _sig_by_key.get((op.id, (), tuple(types))) or signature.intern(op, (), tuple(types))
-        return _future_of(self, self._add(sig, ids, -1))
+        return future_of(self, self._add(sig, ids, -1))
 
     def note_line(self, nid):
         """Keep the line of the user's code that recorded node nid (explain() names it)."""
@@ -322,14 +321,14 @@ class batching:
 
     def _owned_constant(self, value):
         """Record an input node holding `value`, an array of the backend that nothing else will
-        write (a fresh copy), its Input signature looked up by the array's type."""
+        write (a fresh array), its Input signature looked up by the array's type."""
         key = (value.shape, value.dtype)
         sig = _input_sigs.get(key)
         if sig is None:
             sig = _input_sigs[key] = signature.intern(Input, (signature.type_id(*key),), ())
         nid = self._add(sig, (), -1)
         self.graph.constants[nid] = value
-        return _future_of(self, nid)
+        return future_of(self, nid)
 
     def value(self, nid):
         """A copy of node nid's value, flushing first if it is still pending (await_flush)."""
