@@ -69,16 +69,17 @@ class Profile:
         into the sums of its recorded signature, the trace, and the plan's seconds per batch
         (`plan.forward_seconds` / `backward_seconds`, which its runs allocate), for
         scope.explain()."""
-        sig_id, size = plan.batch_sig[b], plan.sizes[b]
-        (plan.forward_seconds if phase == "forward" else plan.backward_seconds)[b] += end - start
+        sig_id, size, seconds = plan.batch_sig[b], plan.sizes[b], end - start
         sums = self._sums[sig_id]
         if phase == "forward":
+            plan.forward_seconds[b] += seconds
             sums[0] += 1
             sums[1] += size
-            sums[2] += end - start
+            sums[2] += seconds
         else:
-            sums[3] += end - start
-        self._event(signature.SIGS[sig_id].op.name, phase, start, end - start, {"nodes": size, "signature": sig_id})
+            plan.backward_seconds[b] += seconds
+            sums[3] += seconds
+        self._event(signature.SIGS[sig_id].op.name, phase, start, seconds, {"nodes": size, "signature": sig_id})
 
     def backward_batch(self, plan=None, b=0):
         """Backward's batches, timed from one to the next: close the batch being timed and
