@@ -37,13 +37,14 @@ __all__ = [
     "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching",
     "Stats", "map", "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",
     "set_distinct_rows", "learn_policy", "FSMPolicy", "set_blas", "blas_library", "settings",
-    "dropout", "seed", "profile", "Profile", "distributed", "serve",
+    "dropout", "seed", "profile", "Profile", "distributed",
 ]
 
 
 def __getattr__(name):
     """hb.serve, imported on first use: its asyncio and threads stay out of every process
-    that only trains (the kernel compile worker imports hybridbatch too)."""
+    that only trains (the kernel compile worker imports hybridbatch too); for that it is not
+    in __all__, which `from hybridbatch import *` would import."""
     if name == "serve":
         return _importlib.import_module(".serve", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -62,10 +62,7 @@ def parse_args(argv=None):
     ap.add_argument("--eager", action="store_true",
                     help="run each request alone, outside any batching scope: the unbatched baseline "
                          "(batches of one request: --max-batch-size is ignored)")
-    args = ap.parse_args(argv)
-    if args.eager:
-        args.max_batch_size = 1
-    return args
+    return ap.parse_args(argv)
 
 
 def main(argv=None):
@@ -83,7 +80,7 @@ def main(argv=None):
     # what is alive now (modules, the model) lives as long as the process: kept out of the cyclic
     # collector's full passes, which would otherwise rescan it all and stall a batch for 50-100 ms
     gc.freeze()
-    batcher = Batcher(model.infer, max_batch_size=args.max_batch_size, max_delay_ms=args.max_delay_ms,
+    batcher = Batcher(model.infer, max_batch_size=None if args.eager else args.max_batch_size, max_delay_ms=args.max_delay_ms,
                       max_queue=args.max_queue, policy=args.policy, granularity=args.granularity, eager=args.eager)
     listener = listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
