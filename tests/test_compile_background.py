@@ -56,14 +56,19 @@ class Steps:
         self.xs = rng.standard_normal((5, 4, 3)).astype(np.float32)
         self.hidden = hidden
 
-    def record(self, read_c=True):
-        """The loss of every sequence (entered in a batching scope by the caller)."""
+    def record(self, read_c=True, unread=False):
+        """The loss of every sequence (entered in a batching scope by the caller); with
+        `unread`, also the steps of a sequence no loss reads."""
         losses = []
         for seq in self.xs:
             h = c = np.zeros(self.hidden, np.float32)
             for x in seq:
                 h, c = self.cell(x, h, c)
             losses.append(hb.sum(h * h) + (hb.sum(c) if read_c else 0.0))
+        if unread:
+            h = c = np.zeros(self.hidden, np.float32)
+            for x in self.xs[0]:
+                h, c = self.cell(2.0 * x, h, c)
         return hb.add_n(losses)
 
     def grads(self):
@@ -174,23 +179,11 @@ def test_rows_the_loss_does_not_reach_are_differentiated_unfused_alike(held, mon
     monkeypatch.setattr(Composite, "saved_rows", staticmethod(lambda saved, live: subsets.append(saved.unfused)
                                                               or saved_rows(saved, live)))
     model = Steps()
-
-    def step():
-        for p in (model.cell.weight, model.cell.bias):
-            p.zero_grad()
-        with hb.batching(granularity="block"):
-            loss = model.record()
-            h = c = np.zeros(model.hidden, np.float32)
-            for x in model.xs[0]:
-                h, c = model.cell(2.0 * x, h, c)        # a sequence no loss reads
-        loss.backward()
-        return loss.item(), model.grads()
-
-    got = step()
+    got = _step(model, unread=True)
     assert not any(run.kernels.ready for run in model.runs())
     assert subsets and all(kept for kept in subsets)          # the unfused runs' values were kept
     with hb.settings(fusion=False, compile_in_background=False):
-        _assert_agree(got, step())
+        _assert_agree(got, _step(model, unread=True))
 
 
 def test_a_backward_of_fewer_outputs_goes_unfused_while_its_kernel_compiles(held):
@@ -377,7 +370,7 @@ class _Context:
         return None
 
 
-class _KernelWithOlderCache:
+class _KernelWithoutIndexInternals:
     """A kernel whose disk cache lacks the index internals _load_cached reads first (another
     numba version): only the public `load_overload`."""
 
@@ -392,6 +385,6 @@ class _KernelWithOlderCache:
 
 @pytest.mark.parametrize("cached", [True, False])
 def test_a_cache_without_numbas_index_internals_is_asked_by_loading(cached):
-    kernel = _KernelWithOlderCache(cached)
+    kernel = _KernelWithoutIndexInternals(cached)
     assert fused._load_cached(kernel, ("sig",)) is cached
     assert kernel.compiled == ([("sig",)] if cached else [])

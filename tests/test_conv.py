@@ -8,7 +8,7 @@ import pytest
 import hybridbatch as hb
 from hybridbatch import nn
 from hybridbatch.kernels import blas
-from hybridbatch.ops import conv as conv2d
+from hybridbatch.ops import conv as conv_ops
 
 C, SIDE, CLASSES = 4, 6, 3
 
@@ -126,8 +126,8 @@ def test_a_shared_weight_is_reordered_once_per_run_and_its_products_see_one_arra
     is made once for correlating and once for the input gradient, and every batch's product
     gets that same array: MKL can pack it from its second product on."""
     made, weights = [], []
-    reorder, product = conv2d._weight_rows, blas.shared_product
-    monkeypatch.setattr(conv2d, "_weight_rows", lambda xp, w, flip=False: made.append(flip) or reorder(xp, w, flip))
+    reorder, product = conv_ops._weight_rows, blas.shared_product
+    monkeypatch.setattr(conv_ops, "_weight_rows", lambda xp, w, flip=False: made.append(flip) or reorder(xp, w, flip))
     monkeypatch.setattr(blas, "shared_product", lambda x, w: weights.append(w) or product(x, w))
     rng = np.random.default_rng(2)
     conv = nn.Conv2D(3, 3, 3, seed=0)

@@ -291,7 +291,7 @@ class Parameter:
         the gradient is marked void rather than written: the next weight GEMM writes into
         it without reading its old numbers, and a reader gets zeros first. A step thus
         saves a pass over each dense gradient; an array a caller kept is cleared in place,
-        as before, so it never shows stale numbers."""
+        so it never shows stale numbers."""
         if rows is _ASK:
             rows = self.grad_rows()
         if rows is None:
