@@ -51,3 +51,21 @@ def test_scatter_add_rows_of_no_rows_changes_nothing():
     dst = np.ones((3, 4), np.float32)
     scatter.scatter_add_rows(dst, np.zeros(0, np.int64), np.zeros((2, 8), np.float32)[:0, :4])
     np.testing.assert_array_equal(dst, 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [1, 3, 4, 7, scatter.FEW_ROWS, scatter.FEW_ROWS + 1])
+def test_add_outer_adds_scaled_products_of_few_and_many_rows(rows, dtype):
+    """dst += scale * left^T right by the row loop (up to FEW_ROWS rows) or a GEMM, and
+    dst = scale * left^T right with void (dst's numbers never read: NaN stays out)."""
+    rng = np.random.default_rng(rows)
+    dst = rng.standard_normal((37, 21)).astype(dtype)
+    left = rng.standard_normal((rows, 37)).astype(dtype)
+    right = rng.standard_normal((rows, 21)).astype(dtype)[:, ::-1]       # a strided factor
+    for scale in (1.0, -0.25):
+        got = dst.copy()
+        scatter.add_outer(got, left, right, scale=scale)
+        np.testing.assert_allclose(got, dst + scale * (left.T @ right), rtol=1e-5, atol=1e-5)
+        got = np.full_like(dst, np.nan)
+        scatter.add_outer(got, left, right, void=True, scale=scale)
+        np.testing.assert_allclose(got, scale * (left.T @ right), rtol=1e-5, atol=1e-5)

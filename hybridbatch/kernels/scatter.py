@@ -1,9 +1,11 @@
 """Row scatter-add (dst[rows[k]] += src[k], correct when rows repeat; np.add.at is slow) and
-the in-place rank-k update (a loop for few rows: a GEMM with inner dimension 1 is slow in BLAS)."""
+the in-place rank-k update (a loop for few rows: a GEMM of inner dimension 1-12 costs BLAS
+an extra pass over its output)."""
 import numpy as np
 from numba import njit
 
 from . import blas
+from .prefetch import prefetch_row
 
 
 def _compiled(dst):
@@ -75,23 +77,46 @@ def scatter_add_columns(dst, rows, first, src):
         scatter_add_rows(dst[:, first:first + src.shape[1]], rows, src)
 
 
+FEW_ROWS = 12     # add_outer: up to this many rows, the row-by-row loop beats a GEMM
+AHEAD = 4         # rows of dst asked for ahead of their update (prefetch.py)
+
+
 @njit(cache=True)
-def _add_outer(dst, left, right):
-    for k in range(left.shape[0]):
-        for i in range(dst.shape[0]):
-            a = left[k, i]
-            for j in range(dst.shape[1]):
-                dst[i, j] += a * right[k, j]
+def _add_outer(dst, left_t, right, keep):
+    """dst = keep * dst + left_t @ right, row by row: each row of dst is read and written once
+    (a weight too large for the cache streams through once, asked for AHEAD rows early),
+    four products a pass over it."""
+    n_rows = right.shape[0]
+    for i in range(dst.shape[0]):
+        if i + AHEAD < dst.shape[0]:
+            prefetch_row(dst, i + AHEAD)
+        row = dst[i]
+        if not keep:
+            row[:] = 0
+        k = 0
+        while k + 4 <= n_rows:
+            a0, a1, a2, a3 = left_t[i, k], left_t[i, k + 1], left_t[i, k + 2], left_t[i, k + 3]
+            r0, r1, r2, r3 = right[k], right[k + 1], right[k + 2], right[k + 3]
+            for j in range(row.shape[0]):
+                row[j] += (a0 * r0[j] + a1 * r1[j]) + (a2 * r2[j] + a3 * r3[j])
+            k += 4
+        while k < n_rows:
+            a0, r0 = left_t[i, k], right[k]
+            for j in range(row.shape[0]):
+                row[j] += a0 * r0[j]
+            k += 1
 
 
-def add_outer(dst, left, right, void=False):
-    """dst += left^T @ right, in place; with `void`, dst's numbers are not read (dst =
-    left^T @ right). A handful of rows (one instance's outer product) is this file's loop,
-    cheaper than a GEMM call; more rows (a weight's batches) are one GEMM summing into dst
+def add_outer(dst, left, right, void=False, scale=1.0):
+    """dst += scale * left^T @ right, in place; with `void`, dst's numbers are not read (dst =
+    scale * left^T @ right). Up to FEW_ROWS rows (one instance's outer product, a weight's
+    few batch rows) it is this file's loop, one pass over dst where a GEMM makes two (BLAS
+    clears or scales dst first) or a temporary; more rows are one GEMM summing into dst
     (blas.add_product: no product temporary with MKL) or written into it."""
-    if not isinstance(dst, np.ndarray) or left.shape[0] > 4 or not _compiled(dst):
+    if scale != 1.0:        # folded into the small factor, in dst's precision
+        left = left * dst.dtype.type(scale)
+    if (not isinstance(dst, np.ndarray) or left.shape[0] > FEW_ROWS or not _compiled(dst)
+            or not dst.flags.c_contiguous or dst.ndim != 2):
         blas.add_product(dst, left.T, right, beta=0.0 if void else 1.0)
         return
-    if void:
-        dst[...] = 0
-    _add_outer(dst, np.ascontiguousarray(left, dst.dtype), np.ascontiguousarray(right, dst.dtype))
+    _add_outer(dst, np.ascontiguousarray(left.T, dst.dtype), np.ascontiguousarray(right, dst.dtype), not void)
