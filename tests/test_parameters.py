@@ -321,3 +321,67 @@ def test_a_step_leaves_an_unheld_gradient_void_and_the_next_backward_writes_it(r
     assert w._grad_void
     backward()
     np.testing.assert_allclose(w.peek_grad(), np.tile(xs.sum(axis=0), (6, 1)), rtol=1e-5)
+
+
+def _few_rows_backward(w, xs):
+    """sum_k sum(w @ x_k) in a scope: w's gradient is ones (x) sum_k x_k, over len(xs) rows."""
+    with hb.batching():
+        hb.add_n([hb.sum(w @ x) for x in xs]).backward()
+    return np.tile(xs.sum(axis=0), (w.shape[0], 1))
+
+
+def test_a_few_rows_gradient_is_kept_as_factors_and_reads_as_their_product():
+    """Into a void gradient, G^T X of few rows (a 64 x 64 weight, 4 rows) is kept as its
+    factors; a read, a dense or row addition, another backward or an assignment multiplies
+    them out first or replaces them, and zero_grad drops them."""
+    rng = np.random.default_rng(3)
+    w = hb.Parameter("factored_w", (64, 64), rng=rng)
+    xs = rng.normal(size=(4, 64)).astype(np.float32)
+    want = _few_rows_backward(w, xs)
+    assert w._grad_factors is not None
+    np.testing.assert_allclose(w.peek_grad(), want, rtol=1e-5)
+    assert w._grad_factors is None
+    ones = np.ones((64, 64), np.float32)
+    for add in (lambda: w.add_grad(ones), lambda: w.add_grad_rows(np.arange(64), ones),
+                lambda: w.add_grad_outer(np.ones((1, 64), np.float32), np.ones((1, 64), np.float32))):
+        w.zero_grad()
+        _few_rows_backward(w, xs)
+        add()
+        np.testing.assert_allclose(w.grad, want + 1.0, rtol=1e-5)
+    w.zero_grad()
+    _few_rows_backward(w, xs)
+    _few_rows_backward(w, xs)                       # a second backward before the step
+    np.testing.assert_allclose(w.grad, 2 * want, rtol=1e-5)
+    w.zero_grad()
+    _few_rows_backward(w, xs)
+    w.grad = ones
+    np.testing.assert_array_equal(w.grad, 1.0)
+    w.zero_grad()
+    _few_rows_backward(w, xs)
+    w.zero_grad()
+    assert w._grad_factors is None
+    np.testing.assert_array_equal(w.grad, 0)
+
+
+@pytest.mark.parametrize("rule, options", [("sgd", {}), ("sgd", {"momentum": 0.9}), ("sgd", {"wd": 0.01}),
+                                           ("adam", {}), ("sgd", {"clip": 0.5})])
+def test_a_step_on_a_gradient_kept_as_factors_equals_the_dense_step(rule, options):
+    """Plain SGD adds -lr * G^T X into the weight in one pass; every other rule (and
+    clipping, which reads the norm) multiplies the factors out first: each equals the step
+    on the same gradient written out."""
+    rng = np.random.default_rng(4)
+    options = dict(options)
+    clip = options.pop("clip", None)
+    w = hb.Parameter(f"factored_step_{rule}_{len(options)}_{clip}", (64, 64), rng=rng)
+    twin = hb.Parameter("twin", (64, 64), init="zeros")
+    twin.data = w.data
+    options = {"learning_rate": 0.1, "clip_global_norm": clip, **options}
+    trainer, written = Trainer([w], rule, options), Trainer([twin], rule, options)
+    for _ in range(3):
+        xs = rng.normal(size=(4, 64)).astype(np.float32)
+        twin.add_grad(_few_rows_backward(w, xs))
+        assert w._grad_factors is not None
+        trainer.step(4)
+        written.step(4)
+        np.testing.assert_allclose(w.data, twin.data, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(w.grad, 0)      # a read: the next gradient would be added to it

@@ -240,14 +240,18 @@ class SGD(Optimizer):
 
     def apply(self, param, state, scale, lr, rows=None):
         """Plain SGD is one compiled pass, where numpy makes two; given rows, that pass also
-        clears the gradient's rows (a dense gradient is cleared without one: zero_grad)."""
-        if self.rows_only(state) and descend(param.data, param.peek_grad(), lr * scale, rows):
-            if rows is None:
-                param.zero_grad(None)
-            else:
-                param.grad_zeroed()
-        else:
-            super().apply(param, state, scale, lr, rows)
+        clears the gradient's rows (a dense gradient is cleared without one: zero_grad). A
+        gradient still held as factors is one GEMM into the weight (descend_outer)."""
+        if self.rows_only(state):
+            if rows is None and param.descend_outer(lr * scale):
+                return
+            if descend(param.data, param.peek_grad(), lr * scale, rows):
+                if rows is None:
+                    param.zero_grad(None)
+                else:
+                    param.grad_zeroed()
+                return
+        super().apply(param, state, scale, lr, rows)
 
 
 def _state_dtype(param):

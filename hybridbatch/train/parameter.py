@@ -170,7 +170,8 @@ class Parameter:
                              f"not {self.shape}")
         self._data = backend.xp().asarray(value, dtype=self.dtype)
         self._grad = backend.xp().zeros(self.shape, self.dtype)
-        self._grad_void = False    # True: the gradient is zero, whatever _grad holds (zero_grad)
+        self._grad_void = True     # True: the gradient is zero, whatever _grad holds (zero_grad)
+        self._grad_factors = None  # (G, X): the gradient is G^T X, _grad void (add_grad_outer)
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
         # validated by the property below; a parameter of integers or bools has no gradient
         self.grad_req = grad_req if grad_req is not None else "write" if self.dtype.kind in "fc" else "null"
@@ -232,6 +233,7 @@ class Parameter:
                                  f"of shape {value.shape}")
             self._grad[...] = value
         self._grad_void = False
+        self._grad_factors = None
         self._grad_rows = None
 
     def peek_grad(self):
@@ -239,19 +241,25 @@ class Parameter:
         return self._grad_array()
 
     def _grad_array(self):
-        """_grad holding the gradient: zeros written where zero_grad left it void."""
+        """_grad holding the gradient: its factors multiplied out, or zeros written, where
+        add_grad_outer or zero_grad left it void."""
         if self._grad_void:
-            self._grad[...] = 0
+            if self._grad_factors is None:
+                self._grad[...] = 0
+            else:
+                left, right = self._grad_factors
+                self._grad_factors = None
+                add_outer(self._grad, left, right, void=True)
             self._grad_void = False
         return self._grad
 
     def add_grad(self, g):
         """grad += g (dense)."""
-        if self._grad_void:
+        if self._grad_void and self._grad_factors is None:
             self._grad[...] = g
             self._grad_void = False
         else:
-            self._grad += g
+            self._grad_array()[...] += g
         self._grad_rows = None
 
     def add_grad_rows(self, rows, values):
@@ -266,10 +274,34 @@ class Parameter:
 
     def add_grad_outer(self, left, right):
         """grad += left^T @ right (add_outer: a loop for few rows, a GEMM into grad for many;
-        written, not added, where the gradient is void)."""
-        add_outer(self._grad, left, right, void=self._grad_void)
-        self._grad_void = False
+        written, not added, where the gradient is void). Into a void gradient, a product of
+        few rows (G and X far smaller than grad) is kept as copies of its factors instead:
+        a plain SGD step then adds it straight into the weight (descend_outer), one pass
+        over the weight in place of writing the gradient and reading it back; anything else
+        multiplies it out first."""
         self._grad_rows = None
+        if self._grad_void and self._grad_factors is None and self._few_rows(left):
+            self._grad_factors = (left.astype(self.dtype, copy=True), right.astype(self.dtype, copy=True))
+            return
+        void = self._grad_void and self._grad_factors is None
+        add_outer(self._grad_array() if not void else self._grad, left, right, void=void)
+        self._grad_void = False
+
+    def _few_rows(self, left):
+        """Whether a product over left's rows is worth keeping as factors: a host weight
+        whose gradient holds 4x more numbers than both factors together."""
+        m, n = self.shape
+        return isinstance(self._data, np.ndarray) and 4 * left.shape[0] * (m + n) <= m * n
+
+    def descend_outer(self, coef):
+        """data -= coef * grad in one GEMM into data where the gradient is still its factors
+        (add_grad_outer), then zero_grad; False, having done nothing, otherwise."""
+        if self._grad_factors is None:
+            return False
+        left, right = self._grad_factors
+        add_outer(self._data, left, right, scale=-coef)
+        self.zero_grad(None)
+        return True
 
     def grad_rows(self):
         """The sorted rows where grad may be non-zero, or None when that is not known."""
@@ -294,6 +326,7 @@ class Parameter:
         so it never shows stale numbers."""
         if rows is _ASK:
             rows = self.grad_rows()
+        self._grad_factors = None
         if rows is None:
             if sys.getrefcount(self._grad) <= _UNHELD:
                 self._grad_void = True
