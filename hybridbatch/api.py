@@ -94,15 +94,19 @@ def _exact(v):
 
 def _scalar_affine(x, a, c):
     """a * x + c for Python numbers a, c. Recorded in a scope (outside a traced forward) on
-    a float operand, the numbers are the node's operand, so calls with different numbers
-    batch (ops/elementwise.py, ScalarAffineOperand); elsewhere they are the op's attributes,
+    a float operand, the numbers are the node's data, so calls with different numbers batch
+    (ops/elementwise.py: packed into its integer for float32 and float16, ScalarAffinePacked;
+    an operand otherwise, ScalarAffineOperand); elsewhere they are the op's attributes,
     baked into a trace's kernels."""
     a, c = _exact(a), _exact(c)
     scope = _local.scope
     dtype = getattr(x, "dtype", None) if scope is not None and not scope.tracing else None
     if getattr(dtype, "kind", "") == "f":
-        scalars = np.array([a, c if c or c.__class__ is float else -0.0], dtype=dtype)
-        return scope.record(E.ScalarAffineOperand, (x, scope.owned_constant(scalars)))
+        c = c if c or c.__class__ is float else -0.0
+        packed = E.ScalarAffinePacked.pack(a, c, dtype)
+        if packed is not None:
+            return scope.record(E.ScalarAffinePacked, (x,), (), packed)
+        return scope.record(E.ScalarAffineOperand, (x, scope.owned_constant(np.array([a, c], dtype=dtype))))
     return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(a, c))
 
 

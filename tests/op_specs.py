@@ -120,12 +120,24 @@ for _id, _call, _ref in [
         ("scalar_add_int", lambda x: hb.add(2, x), lambda x: x + 2.0)]:
     spec(_id, "scalar_affine", _rank_any, [(_same("s"), "any")],
          (lambda c: lambda xs, d, a: c(xs[0]))(_call), (lambda r: lambda xs, d, a: r(xs[0]))(_ref),
-         scope_op="scalar_affine_operand")
-# Python numbers that differ per instance (x - top): recorded in a scope as the node's
-# operand (ScalarAffineOperand, a 2-vector [a, c]) so that the instances still batch
+         scope_op="scalar_affine_packed")
+# Python numbers that differ per instance (x - top) are the node's data in a scope, so that
+# the instances still batch: packed into its integer for float32 and float16 values
+# (ScalarAffinePacked), an operand, a 2-vector [a, c], for float64 (ScalarAffineOperand)
 spec("scalar_affine_operand", "scalar_affine_operand", _rank_any, [(_same("s"), "any"), (lambda d: (2,), "any")],
      lambda xs, d, a: hb.api.apply(hb.ops.elementwise.ScalarAffineOperand, (xs[0], xs[1])),
      lambda xs, d, a: xs[0] * xs[1][0] + xs[1][1])
+_PACKED = hb.ops.elementwise.ScalarAffinePacked
+
+
+def _unpacked(word):
+    return np.array([word], np.int64).view(np.float32)
+
+
+spec("scalar_affine_packed", "scalar_affine_packed", _rank_any, [(_same("s"), "any")],
+     lambda xs, d, a: hb.api.apply(_PACKED, (xs[0],), (), a),
+     lambda xs, d, a: xs[0] * _unpacked(a)[0] + _unpacked(a)[1],
+     aux=lambda rng, d: _PACKED.pack(*rng.normal(0.0, 2.0, 2).astype(np.float32).tolist(), np.float32))
 
 
 # binary elementwise ops with per-instance numpy broadcasting

@@ -44,8 +44,8 @@ def _view(x, how):
 
 
 def _recorded(spec_, layout, rng):
-    """(sig, dims, per-node operand counts) of the op a spec records in a scope, its
-    operands Parameters ("shared") or constants ("inst") as the layout says."""
+    """(sig, dims, per-node operand counts, the node's integer) of the op a spec records in
+    a scope, its operands Parameters ("shared") or constants ("inst") as the layout says."""
     d = spec_.dims(rng)
     arrays = [draw(rng, shape, dom, np.float32) for shape, dom in zip(spec_.shapes(d), spec_.doms())]
     with hb.batching() as scope:
@@ -54,12 +54,14 @@ def _recorded(spec_, layout, rng):
         g = scope.graph
         sig = signature.SIGS[g.sig[out.id]]
         count = g.arg_end[out.id] - (g.arg_end[out.id - 1] if out.id else 0)   # a ragged node's operands
-    return sig, d, count
+    return sig, d, count, g.aux[out.id]
 
 
-def _batch(spec_, sig, d, count, rows, rng):
+def _batch(spec_, sig, d, count, recorded_aux, rows, rng):
     """Kernel operands and aux for `rows` nodes of sig: a batched operand (rows,) + shape
-    (a ragged op's node by node, `count` each), a shared one whole; values of both signs."""
+    (a ragged op's node by node, `count` each), a shared one whole; values of both signs.
+    The aux is drawn per node where the spec draws it, else the recorded node's (the
+    numbers a spec's `x * 1.5` packs)."""
     def values(shape, dtype):
         if dtype == np.bool_:
             return rng.random(shape) < 0.5
@@ -71,7 +73,7 @@ def _batch(spec_, sig, d, count, rows, rng):
     if sig.op.ragged:
         aux = np.full(rows, count, np.int64)
     elif sig.op.uses_aux:
-        aux = np.array([spec_.aux(rng, d) for _ in range(rows)], np.int64)
+        aux = np.array([spec_.aux(rng, d) if spec_.aux else recorded_aux for _ in range(rows)], np.int64)
     else:
         aux = None
     return xs, aux
@@ -93,10 +95,10 @@ def _assert_same(got, want, what):
 def test_kernels_take_any_layout_and_write_no_operand(spec_):
     rng = np.random.default_rng(4000 + SPEC_IDS.index(spec_.id))
     for layout in layouts(spec_):
-        sig, d, count = _recorded(spec_, layout, rng)
+        sig, d, count, recorded_aux = _recorded(spec_, layout, rng)
         op = sig.op
         for rows in (1, 3):         # an eager call, a batch
-            xs, aux = _batch(spec_, sig, d, count, rows, rng)
+            xs, aux = _batch(spec_, sig, d, count, recorded_aux, rows, rng)
             needs = (True,) * len(xs)
             with np.errstate(all="ignore"):
                 y = op.forward(np, sig, xs, aux)

@@ -160,8 +160,10 @@ class Builder:
 
     def scalar(self):
         x, b = self.take(self.choice(CORE))
-        kind = self.pick_index(6)
-        if kind == 0:
+        kind = self.pick_index(7)
+        if kind == 6:                       # a float64 value keeps its numbers as an operand
+            self.push(hb.cast(hb.cast(x, np.float64) * 1.5, np.float32), 1.5 * b)
+        elif kind == 0:
             self.push(x * 1.5, 1.5 * b)
         elif kind == 1:
             self.push(-x, b)
@@ -579,7 +581,8 @@ def test_build_covers_every_registered_op():
     # never user-called: multi-output plumbing, and the classifier loss that block programs
     # fold (its property test is in test_affine_loss.py)
     registered = {op.name for op in OPS} - {"output", "affine_pick_neg_log_softmax"}
-    # eager mode records a Python number's scalar_affine; a scope, scalar_affine_operand
+    # eager mode records a Python number's scalar_affine; a scope, scalar_affine_packed
+    # (float32) and scalar_affine_operand (float64)
     with hb.batching() as scope:
         build(np.random.default_rng(0), PARAMS)
     used |= {signature.SIGS[s].op.name for s in scope.graph.sig}

@@ -68,3 +68,20 @@ def test_integer_values_keep_exact_scalars():
         y = hb.array(x) + (2 ** 60 + 1)
     assert signature.SIGS[scope.graph.sig[y.id]].op.name == "scalar_affine"
     np.testing.assert_array_equal(y.asnumpy(), x + (2 ** 60 + 1))
+
+
+def test_numbers_float32_cannot_hold_and_float16_values_match_eager():
+    """A float32 value's number beyond float32's range stays an operand (its rounding to inf
+    is numpy's); a float16 value's numbers are packed rounded to float16, as eager rounds."""
+    cases = [(np.float32, 1e39, "scalar_affine_operand"), (np.float32, -3.3e38, "scalar_affine_packed"),
+             (np.float16, 0.1, "scalar_affine_packed"), (np.float16, 70000.5, "scalar_affine_packed")]
+    for dtype, s, recorded in cases:
+        x = np.array([1.0, -2.0, 0.0, 0.5], dtype)
+        for fn in (lambda v: v * s, lambda v: v + s, lambda v: s - v):
+            with np.errstate(over="ignore", invalid="ignore"):
+                eager = fn(hb.array(x)).asnumpy()
+                with hb.batching() as scope:
+                    batched = fn(hb.array(x))
+                np.testing.assert_array_equal(batched.asnumpy(), eager, err_msg=f"{dtype.__name__} {s}")
+                np.testing.assert_array_equal(eager, fn(x))
+            assert signature.SIGS[scope.graph.sig[batched.id]].op.name == recorded
