@@ -231,16 +231,32 @@ class batching:
         """One node of ragged `op` (ops.registry.Op.ragged) over args when they are values
         of this scope of one type; otherwise `fixed`'s node, the op of that arity, which
         checks the operands and names what does not fit."""
+        g = self.graph
+        types = g.type
         ids = []
         for a in args:
             if a.__class__ is not Future or a.scope is not self:
                 return self.record(fixed, args)
             ids.append(a.id)
-        types = {self.graph.type[i] for i in ids}
-        if len(types) != 1 or not self.open:
+        code = types[ids[0]]
+        for i in ids:
+            if types[i] != code:
+                return self.record(fixed, args)
+        if not self.open:
             return self.record(fixed, args)
-        sig = _sig_by_key.get((op.id, (), tuple(types))) or signature.intern(op, (), tuple(types))
-        return future_of(self, self._add(sig, ids, -1))
+        sig = _sig_by_key.get((op.id, (), (code,))) or signature.intern(op, (), (code,))
+        if g.origin is not None:
+            return future_of(self, self._add(sig, ids, -1))
+        nid = len(types)            # graph.add inlined, as in record
+        g.sig.append(sig.id)
+        types.append(sig.out_type)
+        g.aux.append(-1)
+        g.args.extend(ids)
+        g.arg_end.append(len(g.args))
+        f = _new(Future)
+        f.scope = self
+        f.id = nid
+        return f
 
     def note_line(self, nid):
         """Keep the line of the user's code that recorded node nid (explain() names it)."""
@@ -326,9 +342,20 @@ class batching:
         sig = _input_sigs.get(key)
         if sig is None:
             sig = _input_sigs[key] = signature.intern(Input, (signature.type_id(*key),), ())
-        nid = self._add(sig, (), -1)
-        self.graph.constants[nid] = value
-        return future_of(self, nid)
+        g = self.graph
+        if g.origin is not None:
+            nid = self._add(sig, (), -1)
+        else:       # graph.add inlined: the hot path of an input array
+            nid = len(g.type)
+            g.sig.append(sig.id)
+            g.type.append(sig.out_type)
+            g.aux.append(-1)
+            g.arg_end.append(len(g.args))
+        g.constants[nid] = value
+        f = _new(Future)
+        f.scope = self
+        f.id = nid
+        return f
 
     def value(self, nid):
         """A copy of node nid's value, flushing first if it is still pending (await_flush)."""
