@@ -85,7 +85,7 @@ AHEAD = 4         # rows of dst asked for ahead of their update (prefetch.py)
 def _add_outer(dst, left_t, right, keep):
     """dst = keep * dst + left_t @ right, row by row: each row of dst is read and written once
     (a weight too large for the cache streams through once, asked for AHEAD rows early),
-    four products a pass over it."""
+    eight or four products a pass over it."""
     n_rows = right.shape[0]
     for i in range(dst.shape[0]):
         if i + AHEAD < dst.shape[0]:
@@ -94,6 +94,15 @@ def _add_outer(dst, left_t, right, keep):
         if not keep:
             row[:] = 0
         k = 0
+        while k + 8 <= n_rows:
+            a0, a1, a2, a3 = left_t[i, k], left_t[i, k + 1], left_t[i, k + 2], left_t[i, k + 3]
+            a4, a5, a6, a7 = left_t[i, k + 4], left_t[i, k + 5], left_t[i, k + 6], left_t[i, k + 7]
+            r0, r1, r2, r3 = right[k], right[k + 1], right[k + 2], right[k + 3]
+            r4, r5, r6, r7 = right[k + 4], right[k + 5], right[k + 6], right[k + 7]
+            for j in range(row.shape[0]):
+                row[j] += (((a0 * r0[j] + a1 * r1[j]) + (a2 * r2[j] + a3 * r3[j]))
+                           + ((a4 * r4[j] + a5 * r5[j]) + (a6 * r6[j] + a7 * r7[j])))
+            k += 8
         while k + 4 <= n_rows:
             a0, a1, a2, a3 = left_t[i, k], left_t[i, k + 1], left_t[i, k + 2], left_t[i, k + 3]
             r0, r1, r2, r3 = right[k], right[k + 1], right[k + 2], right[k + 3]
