@@ -241,7 +241,7 @@ class SGD(Optimizer):
     def apply(self, param, state, scale, lr, rows=None):
         """Plain SGD is one compiled pass, where numpy makes two; given rows, that pass also
         clears the gradient's rows (a dense gradient is cleared without one: zero_grad). A
-        gradient still held as factors is one GEMM into the weight (descend_outer)."""
+        gradient still held as factors is added into the weight in one pass (descend_outer)."""
         if self.rows_only(state):
             if rows is None and param.descend_outer(lr * scale):
                 return

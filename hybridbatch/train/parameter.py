@@ -292,8 +292,10 @@ class Parameter:
     def _few_rows(self, left):
         """Whether a product over left's rows is worth keeping as factors: a host weight
         whose gradient holds 4x more numbers than both factors together."""
+        if len(self.shape) != 2 or not isinstance(self._data, np.ndarray):
+            return False
         m, n = self.shape
-        return isinstance(self._data, np.ndarray) and 4 * left.shape[0] * (m + n) <= m * n
+        return 4 * left.shape[0] * (m + n) <= m * n
 
     def descend_outer(self, coef):
         """data -= coef * grad in one GEMM into data where the gradient is still its factors
