@@ -385,3 +385,35 @@ def test_a_step_on_a_gradient_kept_as_factors_equals_the_dense_step(rule, option
         written.step(4)
         np.testing.assert_allclose(w.data, twin.data, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(w.grad, 0)      # a read: the next gradient would be added to it
+
+
+def test_plain_sgd_adds_the_factors_into_the_weight_without_the_gradient_array():
+    """The step reads the factors only: the void gradient's array (NaN here) is never read."""
+    rng = np.random.default_rng(5)
+    w = hb.Parameter("factored_sgd_only", (64, 64), rng=rng)
+    xs = rng.normal(size=(4, 64)).astype(np.float32)
+    want = w.data - 0.1 * _few_rows_backward(w, xs) / 4
+    w._grad[...] = np.nan
+    Trainer([w], "sgd", {"learning_rate": 0.1}).step(4)
+    np.testing.assert_allclose(w.data, want, rtol=1e-5, atol=1e-6)
+    assert w._grad_void and w._grad_factors is None
+
+
+def test_clearing_rows_freezing_and_float16_with_factors_kept():
+    rng = np.random.default_rng(6)
+    xs = rng.normal(size=(4, 64)).astype(np.float32)
+    w = hb.Parameter("factored_rows", (64, 64), rng=rng)
+    want = _few_rows_backward(w, xs)
+    w.zero_grad(np.array([0, 5]))               # the product's other rows stay
+    want[[0, 5]] = 0
+    np.testing.assert_allclose(w.grad, want, rtol=1e-5)
+    w.zero_grad()
+    _few_rows_backward(w, xs)
+    w.grad_req = "null"
+    w.grad_req = "write"
+    np.testing.assert_array_equal(w.grad, 0)
+    half = hb.Parameter("factored_half", (64, 64), dtype=np.float16, rng=rng)
+    with hb.batching():
+        hb.add_n([hb.sum(half @ x.astype(np.float16)) for x in xs]).backward()
+    assert half._grad_factors is not None
+    np.testing.assert_allclose(half.grad, np.tile(xs.astype(np.float16).sum(axis=0), (64, 1)), rtol=2e-2, atol=2e-2)

@@ -97,3 +97,23 @@ def test_a_future_of_another_scope_is_refused_at_the_call():
     with hb.batching(granularity="block"):
         with pytest.raises(ScopeError, match="outside the batching scope"):
             block(old[0])
+
+
+def test_the_inlined_appends_build_the_graph_graph_add_builds():
+    """Recording's fast paths append a call's lists themselves (record, a block call, an
+    input array, a list op); with check_numerics every call goes through graph.add (it also
+    keeps the caller's line). Both give the same calls."""
+    block = Outputs(2)
+    block.hybridize()
+    x = np.arange(4, dtype=np.float32)
+
+    def calls(check_numerics):
+        with hb.batching(granularity="block", check_numerics=check_numerics) as scope:
+            a = hb.array(x)
+            b, c = block(x)                     # an input array into a block call
+            d = hb.add_n([a, b, c]) - 0.5       # a list op, a packed number
+            hb.sum(hb.tanh(d) * b)
+            g = scope.graph
+            return g.sig, g.type, g.aux, g.args, g.arg_end, sorted(g.constants)
+
+    assert calls(False) == calls(True)

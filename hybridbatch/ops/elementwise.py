@@ -13,7 +13,7 @@ import struct
 import numpy as np
 
 from ..kernels.segments import segment_of_rows, segment_sums
-from .registry import Op, register, expand, unbroadcast, broadcast_shape, check, check_float, check_not_bool
+from .registry import Op, register, as_int, expand, unbroadcast, broadcast_shape, check, check_float, check_not_bool
 
 
 class _Unary(Op):
@@ -307,7 +307,7 @@ class ScalarAffinePacked(Op):
         return shapes[0], dtypes[0]
 
     def index(self, aux):
-        return aux          # any int64: the packed numbers
+        return as_int(f"{self.name}: the packed numbers", aux)     # any int64
 
     def _numbers(self, xp, sig, aux, dtype):
         """a and c per row, shaped to broadcast against the (B,)+shape batch."""

@@ -127,8 +127,9 @@ def one_gemm_per_weight(xp):
 
     Fewer, larger GEMMs (one over its batches of few rows, stacked, and one per batch of
     many), summed straight into the weight's gradient (beta 1; written into it, beta 0, where
-    zero_grad left it void) instead of one pass over it per batch. Batched reverse mode
-    only: eager mode adds each instance's outer product as it comes.
+    zero_grad left it void, or kept as its factors: Parameter.add_grad_outer) instead of one
+    pass over it per batch. Batched reverse mode only: eager mode adds each instance's outer
+    product as it comes.
     """
     _pending.outer = {}
     try:

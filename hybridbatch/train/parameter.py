@@ -172,8 +172,8 @@ class Parameter:
                              f"not {self.shape}")
         self._data = backend.xp().asarray(value, dtype=self.dtype)
         self._grad = backend.xp().zeros(self.shape, self.dtype)
-        self._grad_void = True     # True: the gradient is zero, whatever _grad holds (zero_grad)
-        self._grad_factors = None  # (G, X): the gradient is G^T X, _grad void (add_grad_outer)
+        self._grad_void = True     # True: _grad's numbers are not the gradient, which is zero,
+        self._grad_factors = None  # or G^T X of these (G, X) (add_grad_outer): never with void False
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
         # validated by the property below; a parameter of integers or bools has no gradient
         self.grad_req = grad_req if grad_req is not None else "write" if self.dtype.kind in "fc" else "null"
@@ -298,8 +298,9 @@ class Parameter:
         return 4 * left.shape[0] * (m + n) <= m * n
 
     def descend_outer(self, coef):
-        """data -= coef * grad in one GEMM into data where the gradient is still its factors
-        (add_grad_outer), then zero_grad; False, having done nothing, otherwise."""
+        """data -= coef * grad in one pass over data where the gradient is still its factors
+        (add_grad_outer, scatter.add_outer), then zero_grad; False, having done nothing,
+        otherwise."""
         if self._grad_factors is None:
             return False
         left, right = self._grad_factors
@@ -330,6 +331,8 @@ class Parameter:
         so it never shows stale numbers."""
         if rows is _ASK:
             rows = self.grad_rows()
+        if rows is not None and self._grad_factors is not None:
+            self._grad_array()          # the product holds numbers outside those rows
         self._grad_factors = None
         if rows is None:
             if sys.getrefcount(self._grad) <= _UNHELD:
