@@ -69,7 +69,7 @@ def test_batched_weight_gradient_matches_the_hand_computed_one(library, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_two_backwards_without_a_step_add_up(library, dtype):
-    """The second backward sums into the gradient the first left (beta=1 keeps it)."""
+    """The second backward sums into the gradient the first left."""
     w, xs = _chains(dtype)
     _, xs2 = _chains(dtype, seed=1)
     W = _weight(w)
@@ -129,17 +129,17 @@ def test_parts_of_a_rectangular_weight_sum_to_the_stacked_product(library, dtype
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
-@pytest.mark.parametrize("beta", [1.0, 0.0])
-def test_add_product_sums_into_c(library, dtype, ta, tb, beta):
-    """beta 1: c + a @ b; beta 0: a @ b, c's old numbers (a NaN included) never read."""
+@pytest.mark.parametrize("accumulate", [True, False])
+def test_add_product_sums_into_c(library, dtype, ta, tb, accumulate):
+    """c + a @ b; without accumulate a @ b, c's old numbers (a NaN included) never read."""
     rng = np.random.default_rng(2)
     a, b = transposed_operands(rng, dtype, ta, tb, 5, 9, 4)
     c = rng.standard_normal((5, 4)).astype(dtype)
-    expected = beta * c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
-    if not beta:
+    expected = accumulate * c.astype(np.float64) + a.astype(np.float64) @ b.astype(np.float64)
+    if not accumulate:
         c[0, 0] = np.nan
     target = c
-    blas.add_product(c, a, b, beta=beta)
+    blas.add_product(c, a, b, accumulate=accumulate)
     assert c is target
     np.testing.assert_allclose(c, expected, **_tol(dtype))
 

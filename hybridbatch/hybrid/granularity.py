@@ -8,7 +8,7 @@ becomes a *candidate* when a flush shows its calls in two or more signatures, a 
 batch below `settings.auto_min_batch`, and at least one call in `SMALL_SHARE` (8) in such
 a small batch. Inlining adds its steps' recording to every call, and all it can win back
 is on the calls that batched poorly: a child-sum cell over dependency trees (12 arities,
-median batch 7) holds 4% of its calls in small batches and costs 2x per call inlined,
+median batch 7) holds 4% of its calls in small batches and costs 2-5x per call inlined,
 while the n-ary combiner of benchmarks/bench_auto.py holds 18% there and costs about the
 same either way. A candidate is then measured both ways. A flush's cost is the recording
 since the previous flush (or since the scope opened, or since a backward) plus scheduling

@@ -473,17 +473,17 @@ def gemm(a, b, library=None):
     return _gemm(lib, a, b)
 
 
-def add_product(c, a, b, beta=1.0):
-    """c = a @ b + beta * c in place, beta 1 (a sum into c) or 0 (c's old numbers not read:
-    a gradient Parameter.zero_grad left void), routed like `gemm`. With MKL one GEMM when c
+def add_product(c, a, b, accumulate=True):
+    """c += a @ b in place, or with accumulate False c = a @ b, c's old numbers not read (a
+    gradient Parameter.zero_grad left void); routed like `gemm`. With MKL one GEMM when c
     is a C-contiguous host array of the product's dtype: no product temporary and no second
     pass over c (a weight's gradient: 2.6 MB for a 1280 x 512 float32 one). c must not
     overlap a or b."""
     lib = _library(b, a.shape[1])
     ops = _mkl_operands(lib, a, b)
     if ops is not None and _accumulator(c, a, b):
-        _call(lib, ops, a, b, beta, c)
-    elif beta:
+        _call(lib, ops, a, b, 1.0 if accumulate else 0.0, c)
+    elif accumulate:
         c += a @ b
     elif isinstance(c, np.ndarray) and c.dtype == np.result_type(a, b) and c.flags.c_contiguous:
         np.matmul(a, b, out=c)

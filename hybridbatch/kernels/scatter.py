@@ -126,6 +126,6 @@ def add_outer(dst, left, right, void=False, scale=1.0):
         left = left * dst.dtype.type(scale)
     if (not isinstance(dst, np.ndarray) or left.shape[0] > FEW_ROWS or not _compiled(dst)
             or not dst.flags.c_contiguous or dst.ndim != 2):
-        blas.add_product(dst, left.T, right, beta=0.0 if void else 1.0)
+        blas.add_product(dst, left.T, right, accumulate=not void)
         return
     _add_outer(dst, np.ascontiguousarray(left.T, dst.dtype), np.ascontiguousarray(right, dst.dtype), not void)

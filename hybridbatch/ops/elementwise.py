@@ -285,6 +285,7 @@ class ScalarAffinePacked(Op):
     name = "scalar_affine_packed"
     zero_exact = True
     uses_aux = True
+    any_aux = True
     _PAIR = struct.Struct("=ff")       # native order both ways: the int64's bytes are a then c
     _WORD = struct.Struct("=q")
 

@@ -32,6 +32,7 @@ class Op:
     batchable = True     # False: nodes run one at a time (a batch of one each)
     cost = 0             # agenda tie-break: cheap (elementwise) ops run before heavy ones
     uses_aux = False     # True: each node carries one integer (a row index, a label)
+    any_aux = False      # True: every int is a valid one (packed numbers), taken as it is
     aux_width = 1        # integers per node when uses_aux (block calls may take several)
     executed = True      # False for inputs, whose values exist at record time
     n_out = 1            # outputs per node; >1 returns a tuple (see ops/shape.Output)

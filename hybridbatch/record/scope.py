@@ -206,14 +206,14 @@ class batching:
                 return self.record(op, (self.record(ParamRead, args[:1], (), 0),) + tuple(args[1:]), attrs, aux)
             codes = tuple(codes)
         sig = _sig_by_key.get((op.id, attrs, codes)) or signature.intern(op, attrs, codes)
-        if op.uses_aux and not (aux.__class__ is int and 0 <= aux < sig.aux_limit):
+        if op.uses_aux and not (aux.__class__ is int and (0 <= aux < sig.aux_limit or sig.any_aux)):
             if aux.__class__ is BlockInt and self.tracing:
                 aux = aux.code          # resolved per call from the block's integer arguments
             else:
                 aux = op.index(aux)
                 op.check_aux(sig, aux)
         if g.origin is not None:
-            return Future(self, self._add(sig, ids, aux))
+            return future_of(self, self._add(sig, ids, aux))
         # graph.add inlined, and the Future made without an __init__ frame: the hot path
         nid = len(types)
         g.sig.append(sig.id)
@@ -231,8 +231,7 @@ class batching:
         """One node of ragged `op` (ops.registry.Op.ragged) over args when they are values
         of this scope of one type; otherwise `fixed`'s node, the op of that arity, which
         checks the operands and names what does not fit."""
-        g = self.graph
-        types = g.type
+        types = self.graph.type
         ids = []
         for a in args:
             if a.__class__ is not Future or a.scope is not self:
@@ -245,18 +244,7 @@ class batching:
         if not self.open:
             return self.record(fixed, args)
         sig = _sig_by_key.get((op.id, (), (code,))) or signature.intern(op, (), (code,))
-        if g.origin is not None:
-            return future_of(self, self._add(sig, ids, -1))
-        nid = len(types)            # graph.add inlined, as in record
-        g.sig.append(sig.id)
-        types.append(sig.out_type)
-        g.aux.append(-1)
-        g.args.extend(ids)
-        g.arg_end.append(len(g.args))
-        f = _new(Future)
-        f.scope = self
-        f.id = nid
-        return f
+        return future_of(self, self._add(sig, ids, -1))
 
     def note_line(self, nid):
         """Keep the line of the user's code that recorded node nid (explain() names it)."""

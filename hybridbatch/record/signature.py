@@ -40,7 +40,7 @@ class Signature:
     """
 
     __slots__ = ("id", "op", "attrs", "codes", "in_shapes", "in_dtypes", "shared", "params",
-                 "node_positions", "out_shape", "out_dtype", "out_type", "batchable", "aux_limit")
+                 "node_positions", "out_shape", "out_dtype", "out_type", "batchable", "aux_limit", "any_aux")
 
     def __init__(self, sid, op, attrs, codes):
         self.id = sid
@@ -72,6 +72,7 @@ class Signature:
         # asks op.check_aux only outside it; -1 where the op has no such bound
         limit = op.aux_limit(self) if op.uses_aux else None
         self.aux_limit = -1 if limit is None else limit
+        self.any_aux = op.uses_aux and op.any_aux
 
     def describe(self):
         args = ", ".join(f"param#{p}{s}" if p is not None else f"{s}"

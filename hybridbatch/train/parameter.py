@@ -19,8 +19,8 @@ _ids = itertools.count()
 GRAD_REQS = ("write", "null")
 _ASK = object()     # zero_grad: compute the rows to clear
 _UNHELD = 2         # sys.getrefcount of a gradient array only its Parameter holds (and the call's argument)
-_live = {}     # pid -> weakref to the Parameter, dropped when it dies (a WeakValueDictionary's
-              # lookup, in Python, cost the runtime's per-batch parameter reads 3x more)
+_live = {}     # pid -> weak reference to the Parameter, dropped when it dies: by_id is read per
+              # batch and step, and a dict's lookup is C (0.07 us, a WeakValueDictionary's 0.25)
 
 
 def by_id(pid: int) -> "Parameter":
@@ -282,11 +282,11 @@ class Parameter:
         over the weight in place of writing the gradient and reading it back; anything else
         multiplies it out first."""
         self._grad_rows = None
-        if self._grad_void and self._grad_factors is None and self._few_rows(left):
+        void = self._grad_void and self._grad_factors is None
+        if void and self._few_rows(left):
             self._grad_factors = (left.astype(self.dtype, copy=True), right.astype(self.dtype, copy=True))
             return
-        void = self._grad_void and self._grad_factors is None
-        add_outer(self._grad_array() if not void else self._grad, left, right, void=void)
+        add_outer(self._grad if void else self._grad_array(), left, right, void=void)
         self._grad_void = False
 
     def _few_rows(self, left):
@@ -339,7 +339,7 @@ class Parameter:
                 self._grad_void = True
             else:
                 self._grad[...] = 0
-        elif len(rows):
+        elif len(rows) and not self._grad_void:     # a void gradient is zero already
             self._grad[rows] = 0
         self.grad_zeroed()
 
