@@ -340,10 +340,7 @@ class batching:
             g.aux.append(-1)
             g.arg_end.append(len(g.args))
         g.constants[nid] = value
-        f = _new(Future)
-        f.scope = self
-        f.id = nid
-        return f
+        return future_of(self, nid)
 
     def value(self, nid):
         """A copy of node nid's value, flushing first if it is still pending (await_flush)."""

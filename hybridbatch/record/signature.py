@@ -68,8 +68,8 @@ class Signature:
         self.out_dtype = np.dtype(out_dtype)
         self.out_type = type_id(self.out_shape, self.out_dtype)
         self.batchable = op.batchable
-        # recording checks a node's integer inline against this bound (0 <= aux < n) and
-        # asks op.check_aux only outside it; -1 where the op has no such bound
+        # recording checks a node's integer inline against this bound (0 <= aux < n), or takes
+        # any int where any_aux, and asks op.check_aux only outside that; -1: no such bound
         limit = op.aux_limit(self) if op.uses_aux else None
         self.aux_limit = -1 if limit is None else limit
         self.any_aux = op.uses_aux and op.any_aux

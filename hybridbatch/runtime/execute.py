@@ -83,8 +83,6 @@ def run_forward(plan, arenas, xp, origin=None):
 def _run_batches(plan, arenas, xp, origin):
     sigs = signature.SIGS
     prof = profile.active()
-    if prof is not None:
-        plan.forward_seconds = [0.0] * len(plan.sizes)
     for b, size in enumerate(plan.sizes):
         if prof is not None:
             start = time.perf_counter()

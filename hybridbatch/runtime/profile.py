@@ -67,17 +67,16 @@ class Profile:
     def batch(self, plan, b, start, end, phase):
         """Batch b of `plan`, run in `phase` ("forward" or "backward") from `start` to `end`:
         into the sums of its recorded signature, the trace, and the plan's seconds per batch
-        (`plan.forward_seconds` / `backward_seconds`, which its runs allocate), for
+        (`plan.forward_seconds` / `backward_seconds`, made at its first timed batch), for
         scope.explain()."""
         sig_id, size, seconds = plan.batch_sig[b], plan.sizes[b], end - start
+        _seconds_per_batch(plan, phase)[b] += seconds
         sums = self._sums[sig_id]
         if phase == "forward":
-            plan.forward_seconds[b] += seconds
             sums[0] += 1
             sums[1] += size
             sums[2] += seconds
         else:
-            plan.backward_seconds[b] += seconds
             sums[3] += seconds
         self._event(signature.SIGS[sig_id].op.name, phase, start, seconds, {"nodes": size, "signature": sig_id})
 
@@ -88,8 +87,6 @@ class Profile:
         if self._open is not None:
             done, k, start = self._open
             self.batch(done, k, start, now, "backward")
-        if plan is not None and plan.backward_seconds is None:
-            plan.backward_seconds = [0.0] * len(plan.sizes)
         self._open = None if plan is None else (plan, b, now)
 
     def _event(self, name, category, start, seconds, args):
@@ -161,3 +158,13 @@ def profile(max_events=1_000_000):
     ...      2        2  tanh((2,); ()) -> (2,)
     """
     return Profile(max_events)
+
+
+def _seconds_per_batch(plan, phase):
+    """plan.forward_seconds or backward_seconds, made (zeros) at the phase's first timed batch."""
+    name = f"{phase}_seconds"
+    per_batch = getattr(plan, name)
+    if per_batch is None:
+        per_batch = [0.0] * len(plan.sizes)
+        setattr(plan, name, per_batch)
+    return per_batch
