@@ -82,10 +82,10 @@ AHEAD = 4         # rows of dst asked for ahead of their update (prefetch.py)
 
 
 @njit(cache=True)
-def _add_outer(dst, left_t, right, keep):
-    """dst = keep * dst + left_t @ right, row by row: each row of dst is read and written once
-    (a weight too large for the cache streams through once, asked for AHEAD rows early),
-    eight or four products a pass over it."""
+def _add_outer(dst, left_t, right, keep, scale):
+    """dst = keep * dst + scale * left_t @ right, row by row: each row of dst is read and
+    written once (a weight too large for the cache streams through once, asked for AHEAD
+    rows early), eight or four products a pass over it."""
     n_rows = right.shape[0]
     for i in range(dst.shape[0]):
         if i + AHEAD < dst.shape[0]:
@@ -95,8 +95,10 @@ def _add_outer(dst, left_t, right, keep):
             row[:] = 0
         k = 0
         while k + 8 <= n_rows:
-            a0, a1, a2, a3 = left_t[i, k], left_t[i, k + 1], left_t[i, k + 2], left_t[i, k + 3]
-            a4, a5, a6, a7 = left_t[i, k + 4], left_t[i, k + 5], left_t[i, k + 6], left_t[i, k + 7]
+            a0, a1, a2, a3 = left_t[i, k] * scale, left_t[i, k + 1] * scale, left_t[i, k + 2] * scale, \
+                left_t[i, k + 3] * scale
+            a4, a5, a6, a7 = left_t[i, k + 4] * scale, left_t[i, k + 5] * scale, left_t[i, k + 6] * scale, \
+                left_t[i, k + 7] * scale
             r0, r1, r2, r3 = right[k], right[k + 1], right[k + 2], right[k + 3]
             r4, r5, r6, r7 = right[k + 4], right[k + 5], right[k + 6], right[k + 7]
             for j in range(row.shape[0]):
@@ -104,13 +106,14 @@ def _add_outer(dst, left_t, right, keep):
                            + ((a4 * r4[j] + a5 * r5[j]) + (a6 * r6[j] + a7 * r7[j])))
             k += 8
         while k + 4 <= n_rows:
-            a0, a1, a2, a3 = left_t[i, k], left_t[i, k + 1], left_t[i, k + 2], left_t[i, k + 3]
+            a0, a1, a2, a3 = left_t[i, k] * scale, left_t[i, k + 1] * scale, left_t[i, k + 2] * scale, \
+                left_t[i, k + 3] * scale
             r0, r1, r2, r3 = right[k], right[k + 1], right[k + 2], right[k + 3]
             for j in range(row.shape[0]):
                 row[j] += (a0 * r0[j] + a1 * r1[j]) + (a2 * r2[j] + a3 * r3[j])
             k += 4
         while k < n_rows:
-            a0, r0 = left_t[i, k], right[k]
+            a0, r0 = left_t[i, k] * scale, right[k]
             for j in range(row.shape[0]):
                 row[j] += a0 * r0[j]
             k += 1
@@ -121,11 +124,14 @@ def add_outer(dst, left, right, void=False, scale=1.0):
     scale * left^T @ right). Up to FEW_ROWS rows (one instance's outer product, a weight's
     few batch rows) it is this file's loop, one pass over dst where a GEMM makes two (BLAS
     clears or scales dst first) or a temporary; more rows are one GEMM summing into dst
-    (blas.add_product: no product temporary with MKL) or written into it."""
-    if scale != 1.0:        # folded into the small factor, in dst's precision
-        left = left * dst.dtype.type(scale)
+    (blas.add_product: no product temporary with MKL) or written into it. The scale
+    multiplies left's numbers in dst's precision. A left whose transpose is C-ordered (as
+    Parameter keeps a gradient's factor) is read without a copy."""
     if (not isinstance(dst, np.ndarray) or left.shape[0] > FEW_ROWS or not _compiled(dst)
             or not dst.flags.c_contiguous or dst.ndim != 2):
+        if scale != 1.0:
+            left = left * dst.dtype.type(scale)
         blas.add_product(dst, left.T, right, accumulate=not void)
         return
-    _add_outer(dst, np.ascontiguousarray(left.T, dst.dtype), np.ascontiguousarray(right, dst.dtype), not void)
+    _add_outer(dst, np.ascontiguousarray(left.T, dst.dtype), np.ascontiguousarray(right, dst.dtype), not void,
+               dst.dtype.type(scale))

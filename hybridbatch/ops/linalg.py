@@ -40,6 +40,28 @@ def _product(xp, a3, b3, sa, sb):
     return xp.matmul(a3, b3)
 
 
+_layers = {}     # signature id -> whether it is a layer's product (_is_layer)
+
+
+def _is_layer(sig):
+    """Whether sig multiplies a shared 2-D weight W by each instance's vector x (plus, for
+    Affine, a shared bias of the output's shape): a layer over rows, X W^T (+ b), which
+    skips the general path's reshapes and its dispatch (some 2 us a call at a few rows)."""
+    found = _layers.get(sig.id)
+    if found is None:
+        shapes = sig.in_shapes
+        found = _layers[sig.id] = (sig.shared[:2] == (True, False) and len(shapes[1]) == 1
+                                   and len(sig.out_shape) == 1
+                                   and (len(shapes) == 2 or (sig.shared[2] and shapes[2] == sig.out_shape)))
+    return found
+
+
+def _layer_backward(w, x, gy, needs):
+    """(dW as G^T X left unevaluated, dX = G W) of a layer's product (_is_layer)."""
+    return (OuterGrad(gy, x) if needs[0] else None,
+            blas.shared_product(gy, w) if needs[1] else None)
+
+
 def matmul_shape(name, sa, sb):
     check(1 <= len(sa) <= 2 and 1 <= len(sb) <= 2, name, (sa, sb),
           "matmul takes 1-D or 2-D operands per instance")
@@ -92,9 +114,13 @@ class MatMul(Op):
         return matmul_shape(self.name, *shapes), dtypes[0]
 
     def forward(self, xp, sig, xs, aux):
+        if _is_layer(sig):
+            return blas.shared_product(xs[1], xs[0].T)
         return matmul_forward(xp, xs[0], xs[1], *sig.shared, *sig.in_shapes, sig.out_shape)
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
+        if _is_layer(sig):
+            return _layer_backward(xs[0], xs[1], gy, needs)
         return matmul_backward(xp, xs[0], xs[1], *sig.shared, *sig.in_shapes, gy, needs)
 
 
@@ -126,12 +152,18 @@ class Affine(Op):
         return xs[0], xs[1], sa, sb
 
     def forward(self, xp, sig, xs, aux):
+        if _is_layer(sig):
+            y = blas.shared_product(xs[1], xs[0].T)
+            y += xs[2]
+            return y
         a, b, sa, sb = self.product_operands(xp, sig, xs)
         y = matmul_forward(xp, a, b, sa, sb, *sig.in_shapes[:2], sig.out_shape)
         y += expand(xs[2], sig.shared[2], sig.in_shapes[2], len(sig.out_shape))
         return y
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
+        if _is_layer(sig):
+            return _layer_backward(xs[0], xs[1], gy, needs) + (gy.sum(axis=0) if needs[2] else None,)
         a, b, sa, sb = self.product_operands(xp, sig, xs)
         ga, gb = matmul_backward(xp, a, b, sa, sb, *sig.in_shapes[:2], gy, needs[:2])
         if ga is not None and sig.shared[0] and not sa:   # W was repeated: sum its batch

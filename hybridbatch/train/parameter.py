@@ -284,7 +284,8 @@ class Parameter:
         self._grad_rows = None
         void = self._grad_void and self._grad_factors is None
         if void and self._few_rows(left):
-            self._grad_factors = (left.astype(self.dtype, copy=True), right.astype(self.dtype, copy=True))
+            # G kept as its transpose, C-ordered: the layout add_outer's loop reads
+            self._grad_factors = (np.array(left.T, self.dtype, order="C").T, right.astype(self.dtype, copy=True))
             return
         add_outer(self._grad if void else self._grad_array(), left, right, void=void)
         self._grad_void = False
