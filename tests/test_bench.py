@@ -158,6 +158,12 @@ def test_policies_command_rejects_unknown_workloads(capsys):
     assert "W99" in capsys.readouterr().err
 
 
+def test_eager_runs_a_whole_minibatch_by_default_so_it_steps_as_often_as_batched():
+    assert Config(batch=64).resolved().eager_instances == 128
+    assert Config(batch=256).resolved().eager_instances == 256
+    assert Config(batch=256, eager_instances=32).resolved().eager_instances == 32     # asked for: kept
+
+
 def test_policies_command_rejects_a_workload_named_twice(capsys):
     assert cli.main(["policies", "--workloads", "W1,w2,W1 ", "--no-progress"]) == 2
     assert "W1 more than once" in capsys.readouterr().err
