@@ -29,6 +29,9 @@ from .config import settings, set_fusion, set_distinct_rows, set_plan_cache_size
 
 globals().update(_UNARY)      # hb.tanh, hb.exp, ...: one per unary elementwise op (api.UNARY)
 
+from .kernels import preload as _preload   # noqa: E402  (after every module: it loads theirs)
+_preload.start()
+
 __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "clip", "where", "cast",
     *_UNARY, "add_n", "weighted_sum", "concat", "stack", "slice", "split", "reshape", "flatten", "expand_dims",

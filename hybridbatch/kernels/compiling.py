@@ -95,7 +95,8 @@ class _Worker:
         self.started = None           # when the jobs now outstanding began, for the notice
         self.finished = 0
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
+                   HYBRIDBATCH_PRELOAD="0")     # it compiles kernels, never runs the package's functions
         self.process = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
         atexit.register(self.close)

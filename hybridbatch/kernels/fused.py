@@ -34,6 +34,8 @@ from ..record import signature
 from . import compiling
 from .vector_width import WIDE_VECTORS, compiled_wide
 
+_FLOAT32 = np.dtype(np.float32)     # compared as a dtype: dtype.name builds its string on every read
+
 
 # tanh as a rational function x P(x^2) / Q(x^2) on [-9, 9] (|tanh(9)| rounds to 1 in float32),
 # fitted for this project by iteratively reweighted least squares on the relative error: max
@@ -399,7 +401,7 @@ def _fusable(step, n, produced):
     functions would cost a float64 program half its digits."""
     slot, sig, refs, _ = step
     op = sig.op
-    if sig.out_shape != (n,) or sig.out_dtype.name != "float32":
+    if sig.out_shape != (n,) or sig.out_dtype != _FLOAT32:
         return False
     if op.fusable:
         return all(shape == (n,) for shape in sig.in_shapes)
@@ -440,7 +442,7 @@ def _bias_folds(steps, spans, program_outputs):
                 readers.setdefault(r, set()).add(k)
     folds = {}
     for k, (slot, sig, refs, _) in enumerate(steps):
-        if (sig.op.without_bias is not None and sig.out_dtype.name == "float32" and len(sig.out_shape) == 1
+        if (sig.op.without_bias is not None and sig.out_dtype == _FLOAT32 and len(sig.out_shape) == 1
                 and sig.params[-1] is not None and sig.in_shapes[-1] == sig.out_shape
                 and not all(sig.shared[:-1]) and slot not in program_outputs
                 and readers.get(slot) and readers[slot] <= in_run):
