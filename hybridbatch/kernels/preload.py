@@ -1,24 +1,28 @@
 """hybridbatch's numba functions loaded from numba's disk cache in a background thread.
 
 numba loads a cached function on its first call, 2-12 ms each, and a process's first flush
-calls some twenty of them (the plan's helpers, gathers, products, updates): 70 ms that a
-child-sum Tree-LSTM's first minibatch spent waiting. `start()`, at `import hybridbatch`,
-loads every cached function of the package's modules whose entry matches the code and the
-machine while the user's script goes on to read its data and build its model; a function
-called before its turn waits on numba's compiler lock and then finds itself loaded. Only
-cache hits are taken: nothing compiles here (a machine's first run compiles each function
-on its first call, as without this). HYBRIDBATCH_PRELOAD=0 turns it off (the kernel compile
-worker does: it never runs these functions).
+calls some twenty of them (the plan's helpers, gathers, products, updates). `start()`, at
+`import hybridbatch`, loads every cached overload of the package's modules imported by then
+(float64 ones and others a run may never call included: 80-odd, about 0.25 s, in a
+developer's cache) while the user's script goes on to read its data and build its model; a
+function called before its turn waits on numba's compiler lock and then finds itself
+loaded. It takes only entries whose index key matches the code and the machine and whose
+data file is there; numba would compile one whose data it then cannot read, as it does on
+a first call. HYBRIDBATCH_PRELOAD=0 turns it off (the kernel compile worker does: it never
+runs these functions).
 
-Before a fork the thread is joined (a child must not inherit numba's lock held); at exit it
-stops after the function it is loading. It reads numba's cache index
-(`Dispatcher._cache`), which is not public API: any failure just ends the loading early.
+A fork ends the loading: the hook waits for the function being loaded, unless the forking
+thread holds numba's compiler lock (the loader then waits for it, holding nothing). At exit
+it stops the same way. It reads numba's cache index (`Dispatcher._cache`), which is not
+public API: any failure just ends the loading early.
 """
 import atexit
 import logging
 import os
 import sys
 import threading
+
+from numba.core.compiler_lock import global_compiler_lock
 
 log = logging.getLogger("hybridbatch")
 
@@ -42,8 +46,10 @@ def wait():
 
 
 def _stop_and_wait():
+    """End the loading after the function being loaded (a fork, the exit)."""
     _stop.set()
-    wait()
+    if not global_compiler_lock.is_locked():      # held here, the loader waits for it: joining would hang
+        wait()
 
 
 def _load_cached():
@@ -51,8 +57,10 @@ def _load_cached():
         from numba.core.registry import CPUDispatcher
         count = 0
         for name, module in list(sys.modules.items()):
-            if not name.startswith("hybridbatch."):
-                continue
+            if _stop.is_set():
+                break
+            if not name.startswith("hybridbatch.") or getattr(getattr(module, "__spec__", None), "_initializing", False):
+                continue        # a module still importing: numba's load would import it again, and wait
             for value in list(vars(module).values()):
                 if isinstance(value, CPUDispatcher) and value.__module__ == name:
                     count += _load(value)
@@ -68,16 +76,17 @@ def _load(dispatcher):
         return 0
     codegen = dispatcher.targetctx.codegen()
     count = 0
-    for key in cache._load_index():
+    for key, data_name in cache._load_index().items():
         if _stop.is_set():
             break
         sig = key[0]
-        if sig not in dispatcher.overloads and dispatcher._cache._index_key(sig, codegen) == key:
+        if (sig not in dispatcher.overloads and dispatcher._cache._index_key(sig, codegen) == key
+                and os.path.exists(cache._data_path(data_name))):
             dispatcher.compile(sig)
             count += 1
     return count
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=wait)
+    os.register_at_fork(before=_stop_and_wait)
 atexit.register(_stop_and_wait)
