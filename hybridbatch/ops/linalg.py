@@ -40,28 +40,6 @@ def _product(xp, a3, b3, sa, sb):
     return xp.matmul(a3, b3)
 
 
-_layers = {}     # signature id -> whether it is a layer's product (_is_layer)
-
-
-def _is_layer(sig):
-    """Whether sig multiplies a shared 2-D weight W by each instance's vector x (plus, for
-    Affine, a shared bias of the output's shape): a layer over rows, X W^T (+ b), which
-    skips the general path's reshapes and its dispatch (some 2 us a call at a few rows)."""
-    found = _layers.get(sig.id)
-    if found is None:
-        shapes = sig.in_shapes
-        found = _layers[sig.id] = (sig.shared[:2] == (True, False) and len(shapes[1]) == 1
-                                   and len(sig.out_shape) == 1
-                                   and (len(shapes) == 2 or (sig.shared[2] and shapes[2] == sig.out_shape)))
-    return found
-
-
-def _layer_backward(w, x, gy, needs):
-    """(dW as G^T X left unevaluated, dX = G W) of a layer's product (_is_layer)."""
-    return (OuterGrad(gy, x) if needs[0] else None,
-            blas.shared_product(gy, w) if needs[1] else None)
-
-
 def matmul_shape(name, sa, sb):
     check(1 <= len(sa) <= 2 and 1 <= len(sb) <= 2, name, (sa, sb),
           "matmul takes 1-D or 2-D operands per instance")
@@ -69,20 +47,32 @@ def matmul_shape(name, sa, sb):
     return sa[:-1] + sb[1:]
 
 
+def _layer(sa, sb, shape_a, shape_b):
+    """Whether a shared 2-D weight multiplies each instance's vector: a layer over rows, X W^T,
+    which the product kernel takes as it is (without the reshapes below: some 2 us a call,
+    a tenth of an 8-row product by a 256 x 256 weight)."""
+    return sa and not sb and len(shape_a) == 2 and len(shape_b) == 1
+
+
 def matmul_forward(xp, a, b, sa, sb, shape_a, shape_b, out_shape):
+    if _layer(sa, sb, shape_a, shape_b):
+        return blas.shared_product(b, a.T)
     a3, b3 = _promote(a, sa, shape_a, True), _promote(b, sb, shape_b, False)
     y3 = _product(xp, a3, b3, sa, sb)
     return y3.reshape((y3.shape[0],) + out_shape)
 
 
 def matmul_backward(xp, a, b, sa, sb, shape_a, shape_b, gy, needs):
+    if _layer(sa, sb, shape_a, shape_b):      # dW = G^T X (one GEMM per weight later), dX = G W
+        return (OuterGrad(gy, b) if needs[0] else None,
+                blas.shared_product(gy, a) if needs[1] else None)
     a3, b3 = _promote(a, sa, shape_a, True), _promote(b, sb, shape_b, False)
     B = gy.shape[0]
     m, k = a3.shape[-2], b3.shape[-1]
     g3 = gy.reshape(B, m, k)
     ga = None
     if needs[0]:
-        if sa and k == 1 and len(shape_a) == 2:   # vectors: dW = G^T X, one GEMM per weight later
+        if sa and k == 1 and len(shape_a) == 2:   # a matrix per instance times a column: dW = G^T X
             return OuterGrad(g3.reshape(B, m), b3.reshape(B, -1)), _matmul_grad_b(xp, a3, g3, sa, shape_b, B, needs)
         if sa:            # sum_b g_b @ b_b^T
             ga = g3.transpose(1, 0, 2).reshape(m, -1) @ b3.transpose(0, 2, 1).reshape(-1, b3.shape[1])
@@ -114,13 +104,9 @@ class MatMul(Op):
         return matmul_shape(self.name, *shapes), dtypes[0]
 
     def forward(self, xp, sig, xs, aux):
-        if _is_layer(sig):
-            return blas.shared_product(xs[1], xs[0].T)
         return matmul_forward(xp, xs[0], xs[1], *sig.shared, *sig.in_shapes, sig.out_shape)
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
-        if _is_layer(sig):
-            return _layer_backward(xs[0], xs[1], gy, needs)
         return matmul_backward(xp, xs[0], xs[1], *sig.shared, *sig.in_shapes, gy, needs)
 
 
@@ -152,18 +138,12 @@ class Affine(Op):
         return xs[0], xs[1], sa, sb
 
     def forward(self, xp, sig, xs, aux):
-        if _is_layer(sig):
-            y = blas.shared_product(xs[1], xs[0].T)
-            y += xs[2]
-            return y
         a, b, sa, sb = self.product_operands(xp, sig, xs)
         y = matmul_forward(xp, a, b, sa, sb, *sig.in_shapes[:2], sig.out_shape)
         y += expand(xs[2], sig.shared[2], sig.in_shapes[2], len(sig.out_shape))
         return y
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
-        if _is_layer(sig):
-            return _layer_backward(xs[0], xs[1], gy, needs) + (gy.sum(axis=0) if needs[2] else None,)
         a, b, sa, sb = self.product_operands(xp, sig, xs)
         ga, gb = matmul_backward(xp, a, b, sa, sb, *sig.in_shapes[:2], gy, needs[:2])
         if ga is not None and sig.shared[0] and not sa:   # W was repeated: sum its batch

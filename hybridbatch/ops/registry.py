@@ -186,6 +186,8 @@ def expand(x, shared, in_shape, out_ndim):
 
 def unbroadcast(g, shared, in_shape):
     """Sum a (B,)+out gradient back to an operand's shape (per instance, or whole for shared)."""
+    if g.shape[1:] == in_shape:     # nothing was broadcast (a layer's bias, most operands)
+        return g.sum(axis=0) if shared else g
     out_ndim = g.ndim - 1
     k = len(in_shape)
     lead = out_ndim - k
