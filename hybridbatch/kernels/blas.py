@@ -42,7 +42,7 @@ import numba
 import numpy as np
 from numba import njit
 
-from . import few_rows
+from . import few_rows, prefetch
 from .compiling import log
 from ..config import BLAS_MODES, settings
 
@@ -254,13 +254,14 @@ def _calibration_key(rounds):
     target and features numba compiles the few-rows kernel for), the versions of numpy, numba
     and MKL, the BLAS numpy was built with, the cores this process may run on and the
     variables that set the libraries' threads and kernels (OMP_*, OPENBLAS_*, GOTO*, MKL_*,
-    KMP_*), what is measured (the mode, the dtype, the sizes), and this module's and the
-    kernel's code. As a stored one reads back from JSON (lists, not tuples), so the two compare."""
+    KMP_*), what is measured (the mode, the dtype, the sizes), and the code of this module,
+    the kernel and its prefetch. As a stored one reads back from JSON (lists, not tuples),
+    so the two compare."""
     from numba.core import config as numba_config
     from .vector_width import WIDE_VECTORS
     blas_build = getattr(np.__config__, "CONFIG", {}).get("Build Dependencies", {}).get("blas", {})
     code = hashlib.sha256()
-    for module in (__file__, few_rows.__file__):
+    for module in (__file__, few_rows.__file__, prefetch.__file__):
         with open(module, "rb") as f:
             code.update(f.read())
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
