@@ -336,6 +336,7 @@ def test_a_few_rows_gradient_is_kept_as_factors_and_reads_as_their_product():
     them out first or replaces them, and zero_grad drops them."""
     rng = np.random.default_rng(3)
     w = hb.Parameter("factored_w", (64, 64), rng=rng)
+    w.keep_grad_factors = True
     xs = rng.normal(size=(4, 64)).astype(np.float32)
     want = _few_rows_backward(w, xs)
     assert w._grad_factors is not None
@@ -363,6 +364,21 @@ def test_a_few_rows_gradient_is_kept_as_factors_and_reads_as_their_product():
     np.testing.assert_array_equal(w.grad, 0)
 
 
+@pytest.mark.parametrize("rule, options, keeps", [("sgd", {}, True), ("sgd", {"momentum": 0.9}, False),
+                                                  ("sgd", {"wd": 0.01}, False), ("adam", {}, False),
+                                                  ("sgd", {"clip_global_norm": 0.5}, False)])
+def test_only_a_plain_sgd_trainer_has_its_parameters_keep_gradient_factors(rule, options, keeps):
+    """Other rules and clipping read the gradient: its factors would be copied for nothing."""
+    rng = np.random.default_rng(7)
+    w = hb.Parameter("factors_by_rule", (64, 64), rng=rng)
+    assert not w.keep_grad_factors
+    Trainer([w], rule, {"learning_rate": 0.1, **options})
+    assert w.keep_grad_factors == keeps
+    want = _few_rows_backward(w, rng.normal(size=(4, 64)).astype(np.float32))
+    assert (w._grad_factors is not None) == keeps
+    np.testing.assert_allclose(w.peek_grad(), want, rtol=1e-5)
+
+
 @pytest.mark.parametrize("rule, options", [("sgd", {}), ("sgd", {"momentum": 0.9}), ("sgd", {"wd": 0.01}),
                                            ("adam", {}), ("sgd", {"clip": 0.5})])
 def test_a_step_on_a_gradient_kept_as_factors_equals_the_dense_step(rule, options):
@@ -377,6 +393,7 @@ def test_a_step_on_a_gradient_kept_as_factors_equals_the_dense_step(rule, option
     twin.data = w.data
     options = {"learning_rate": 0.1, "clip_global_norm": clip, **options}
     trainer, written = Trainer([w], rule, options), Trainer([twin], rule, options)
+    w.keep_grad_factors = True      # as a plain-SGD Trainer of it would set it
     for _ in range(3):
         xs = rng.normal(size=(4, 64)).astype(np.float32)
         twin.add_grad(_few_rows_backward(w, xs))
@@ -391,10 +408,11 @@ def test_plain_sgd_adds_the_factors_into_the_weight_without_the_gradient_array()
     """The step reads the factors only: the void gradient's array (NaN here) is never read."""
     rng = np.random.default_rng(5)
     w = hb.Parameter("factored_sgd_only", (64, 64), rng=rng)
+    trainer = Trainer([w], "sgd", {"learning_rate": 0.1})
     xs = rng.normal(size=(4, 64)).astype(np.float32)
     want = w.data - 0.1 * _few_rows_backward(w, xs) / 4
     w._grad[...] = np.nan
-    Trainer([w], "sgd", {"learning_rate": 0.1}).step(4)
+    trainer.step(4)
     np.testing.assert_allclose(w.data, want, rtol=1e-5, atol=1e-6)
     assert w._grad_void and w._grad_factors is None
 
@@ -403,6 +421,7 @@ def test_clearing_rows_freezing_and_float16_with_factors_kept():
     rng = np.random.default_rng(6)
     xs = rng.normal(size=(4, 64)).astype(np.float32)
     w = hb.Parameter("factored_rows", (64, 64), rng=rng)
+    w.keep_grad_factors = True
     want = _few_rows_backward(w, xs)
     w.zero_grad(np.array([0, 5]))               # the product's other rows stay
     want[[0, 5]] = 0
@@ -413,6 +432,7 @@ def test_clearing_rows_freezing_and_float16_with_factors_kept():
     w.grad_req = "write"
     np.testing.assert_array_equal(w.grad, 0)
     half = hb.Parameter("factored_half", (64, 64), dtype=np.float16, rng=rng)
+    half.keep_grad_factors = True
     with hb.batching():
         hb.add_n([hb.sum(half @ x.astype(np.float16)) for x in xs]).backward()
     assert half._grad_factors is not None

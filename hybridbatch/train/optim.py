@@ -515,6 +515,9 @@ class Trainer:
         else:
             raise TypeError(f"optimizer must be a name or an Optimizer, not {type(optimizer).__name__}")
         self._states = [None] * len(self._params)      # a parameter's optimizer state, made on its first update
+        if isinstance(self.optimizer, SGD) and self.optimizer.rows_only({"mom": None}) and self.clip_global_norm is None:
+            for p in self._params:       # its step adds a few-row gradient's factors into the weight
+                p.keep_grad_factors = True
         self.step_count = 0          # the step() calls that updated
         self.set_schedule(schedule)
         self.last_grad_norm = None   # the global norm before clipping, when clipping is on

@@ -175,6 +175,7 @@ class Parameter:
         self._grad_void = True     # True: _grad's numbers are not the gradient, which is zero,
         self._grad_factors = None  # or G^T X of these (G, X) (add_grad_outer): never with void False
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
+        self.keep_grad_factors = False     # set by a Trainer whose step adds factors into the weight
         # validated by the property below; a parameter of integers or bools has no gradient
         self.grad_req = grad_req if grad_req is not None else "write" if self.dtype.kind in "fc" else "null"
         _live[self.pid] = weakref.ref(self, lambda _, pid=self.pid: _live.pop(pid, None))
@@ -276,14 +277,15 @@ class Parameter:
 
     def add_grad_outer(self, left, right):
         """grad += left^T @ right (add_outer: a loop for few rows, a GEMM into grad for many;
-        written, not added, where the gradient is void). Into a void gradient, a product of
-        few rows (G and X far smaller than grad) is kept as copies of its factors instead:
-        a plain SGD step then adds it straight into the weight (descend_outer), one pass
-        over the weight in place of writing the gradient and reading it back; anything else
-        multiplies it out first."""
+        written, not added, where the gradient is void). With keep_grad_factors (a plain-SGD
+        Trainer sets it on its parameters), a product of few rows into a void gradient (G
+        and X far smaller than grad) is kept as copies of its factors instead: the step then
+        adds it straight into the weight (descend_outer), one pass over the weight in place
+        of writing the gradient and reading it back; anything else multiplies it out first.
+        Other rules read the gradient, so for them the copies would be work for nothing."""
         self._grad_rows = None
         void = self._grad_void and self._grad_factors is None
-        if void and self._few_rows(left):
+        if void and self.keep_grad_factors and self._few_rows(left):
             # G kept as its transpose, C-ordered: the layout add_outer's loop reads
             self._grad_factors = (np.array(left.T, self.dtype, order="C").T, right.astype(self.dtype, copy=True))
             return
@@ -299,9 +301,9 @@ class Parameter:
         return 4 * left.shape[0] * (m + n) <= m * n
 
     def descend_outer(self, coef):
-        """data -= coef * grad in one pass over data where the gradient is still its factors
-        (add_grad_outer, scatter.add_outer), then zero_grad; False, having done nothing,
-        otherwise."""
+        """data -= coef * grad where the gradient is still its factors (add_grad_outer), by
+        scatter.add_outer: one pass over data up to its FEW_ROWS rows, a GEMM summing into
+        data above; then zero_grad. False, having done nothing, otherwise."""
         if self._grad_factors is None:
             return False
         left, right = self._grad_factors
