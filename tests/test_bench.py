@@ -158,10 +158,14 @@ def test_policies_command_rejects_unknown_workloads(capsys):
     assert "W99" in capsys.readouterr().err
 
 
-def test_eager_runs_a_whole_minibatch_by_default_so_it_steps_as_often_as_batched():
-    assert Config(batch=64).resolved().eager_instances == 128
-    assert Config(batch=256).resolved().eager_instances == 256
-    assert Config(batch=256, eager_instances=32).resolved().eager_instances == 32     # asked for: kept
+@pytest.mark.parametrize("batch", [1, 64, 100, 128, 256])
+def test_eager_runs_whole_minibatches_by_default_so_it_steps_as_often_as_batched(batch):
+    n = Config(batch=batch).resolved().eager_instances
+    assert n >= 128 and n % batch == 0 and n - batch < 128
+
+
+def test_an_eager_instance_count_asked_for_is_kept():
+    assert Config(batch=256, eager_instances=32).resolved().eager_instances == 32
 
 
 def test_policies_command_rejects_a_workload_named_twice(capsys):

@@ -382,13 +382,14 @@ def test_only_a_plain_sgd_trainer_has_its_parameters_keep_gradient_factors(rule,
 @pytest.mark.parametrize("rule, options", [("sgd", {}), ("sgd", {"momentum": 0.9}), ("sgd", {"wd": 0.01}),
                                            ("adam", {}), ("sgd", {"clip": 0.5})])
 def test_a_step_on_a_gradient_kept_as_factors_equals_the_dense_step(rule, options):
-    """Plain SGD adds -lr * G^T X into the weight in one pass; every other rule (and
-    clipping, which reads the norm) multiplies the factors out first: each equals the step
-    on the same gradient written out."""
+    """Plain SGD adds -lr * G^T X into the weight in one pass. Factors held when the step
+    runs another rule (a Trainer made for plain SGD whose momentum, decay or clipping is set
+    later; here set by hand) are multiplied out first. Each equals the step on the same
+    gradient written out."""
     rng = np.random.default_rng(4)
     options = dict(options)
     clip = options.pop("clip", None)
-    w = hb.Parameter(f"factored_step_{rule}_{len(options)}_{clip}", (64, 64), rng=rng)
+    w = hb.Parameter(f"factored_step_{rule}_{sorted(options)}_{clip}", (64, 64), rng=rng)
     twin = hb.Parameter("twin", (64, 64), init="zeros")
     twin.data = w.data
     options = {"learning_rate": 0.1, "clip_global_norm": clip, **options}

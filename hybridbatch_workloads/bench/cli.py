@@ -93,8 +93,8 @@ def build_parser():
     ap.add_argument("--warmup", type=int_at_least(0), default=128, help="warm-up instances (128)")
     ap.add_argument("--repeats", type=int_at_least(1), default=3, help="runs; figures are medians (3)")
     ap.add_argument("--eager-instances", type=int_at_least(0), default=None,
-                    help="instances of each eager run (128, or one minibatch where that is more: eager is "
-                         "slow, and a smaller minibatch would pay its update more often)")
+                    help="instances of each eager run (whole minibatches of at least 128 instances: eager "
+                         "is slow, and a part minibatch would pay its update more often)")
     ap.add_argument("--eager-warmup", type=int_at_least(0), default=16, help="eager warm-up instances (16)")
     ap.add_argument("--no-eager", action="store_true", help="skip the eager runs (no speedups)")
     ap.add_argument("--sweep", choices=sorted(SWEEPS),

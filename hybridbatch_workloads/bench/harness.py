@@ -8,8 +8,8 @@ One configuration (`Config`) is measured in one process:
   instances after the warm-up ones, so minibatches differ from run to run and from the
   warm-up: the schedule cache is not handed identical graphs) and measures, in this order,
   batched training, batched inference, eager training and eager inference on them (eager on
-  the first `eager_instances` only: it is slow; by default at least one whole minibatch, so
-  that eager steps the optimizer as often per instance as batched). Interleaving the four keeps a change of
+  the first `eager_instances` only: it is slow; by default whole minibatches of at least 128
+  instances, so that eager steps the optimizer as often per instance as batched). Interleaving the four keeps a change of
   machine load from favouring one of them;
 - a figure is the median over runs; the split of the time, batch counts and the like come
   from the median run (by throughput).
@@ -66,7 +66,7 @@ class Config:
     warmup: int = 128
     repeats: int = 3
     eager: bool = True
-    eager_instances: int | None = None      # None: 128, or one minibatch where that is more
+    eager_instances: int | None = None      # None: whole minibatches, at least 128 instances
     eager_warmup: int = 16
     lr: float = 0.05
     seed: int = 0
@@ -81,8 +81,8 @@ class Config:
             c.granularity = DEFAULT_GRANULARITY.get(c.workload, "op")
         if c.batch < 1 or c.instances < 1 or c.repeats < 1:
             raise ValueError("batch, instances and repeats must be >= 1")
-        if c.eager_instances is None:   # a whole minibatch: eager then steps as often as batched
-            c.eager_instances = max(128, c.batch)
+        if c.eager_instances is None:   # whole minibatches: eager then steps as often as batched
+            c.eager_instances = -(-128 // c.batch) * c.batch
         if c.warmup < 0 or c.eager_warmup < 0 or c.eager_instances < 0:
             raise ValueError("warmup, eager_warmup and eager_instances must be >= 0")
         return c
