@@ -50,6 +50,26 @@ def test_each_reason_a_node_ran_alone():
     assert scope.stats.forced_flushes == 1
 
 
+def test_signatures_alike_but_for_their_parameters_are_named_as_apart():
+    """Two instances of one block, and two weights of one shape: each set of Parameters runs
+    in batches of its own, which the report names (without the Parameter ids)."""
+    experts = [nn.Dense(3, 4, seed=k) for k in range(2)]
+    for e in experts:
+        e.hybridize()
+    w1, w2 = hb.Parameter("w1", (3, 4)), hb.Parameter("w2", (3, 4))
+    x = np.ones(4, np.float32)
+    with hb.batching() as scope:
+        ys = [experts[0](x), experts[0](2 * x), experts[1](x), w1 @ x, w1 @ (2 * x), w2 @ x]
+        hb.add_n([hb.sum(y) for y in ys])
+    report = scope.explain()
+    apart = {a.description: (a.signatures, a.batches, a.nodes) for a in report.apart}
+    assert apart == {"block:Dense((4,); ()) -> (3,)": (2, 2, 3), "matmul(param(3, 4), (4,); ()) -> (3,)": (2, 2, 3)}
+    reasons = _reasons(scope)
+    assert sum("Parameters of its own: block:Dense also ran with other Parameters" in r for r in reasons) == 1
+    assert sum("Parameters of its own: matmul also ran with other Parameters" in r for r in reasons) == 1
+    assert "ran apart because their Parameters differ" in str(report)
+
+
 def test_a_node_alone_in_a_flush_a_read_forced():
     with hb.batching() as scope:
         for i in range(3):

@@ -5,12 +5,15 @@ Per recorded signature: its batches, nodes, batch sizes, the bytes its batches c
 wrote (output rows), and, where the scope ran under `hb.profile()`, their forward and
 backward seconds. Then every node that ran in a batch of one, with the reason the plans
 show: an op that never batches (`py_func`), the only node of its signature in its flush
-(named further when the op ran on other shapes or with another number of operands there,
-or when a read forced that flush), or a signature the flush ran in several batches
-(dependencies, or the policy's order). It reads the scope's plans after the fact; nothing
-is collected while recording or running unless a profile is active.
+(named further when the op ran on other shapes, with another number of operands or with
+other Parameters there, or when a read forced that flush), or a signature the flush ran in
+several batches (dependencies, or the policy's order). And the signatures that read alike
+but ran apart because their Parameters differ (the experts of a mixture: one block class,
+one instance each). It reads the scope's plans after the fact; nothing is collected while
+recording or running unless a profile is active.
 """
 import dataclasses
+import re
 import statistics
 from collections import Counter, defaultdict
 
@@ -18,6 +21,7 @@ from ..record import signature
 from .plan import SLICE
 
 SINGLES_SHOWN = 20      # singles listed by str(); as_dict() keeps them all
+_PARAMETER_ID = re.compile(r"param#\d+")     # in a description: which Parameter, left out to compare forms
 
 
 @dataclasses.dataclass
@@ -45,6 +49,16 @@ class Single:
 
 
 @dataclasses.dataclass
+class ApartByParameters:
+    """Signatures alike but for their Parameters (one description, Parameter ids left out):
+    a batch shares its Parameters, so each set ran in batches of its own."""
+    description: str
+    signatures: int
+    batches: int
+    nodes: int
+
+
+@dataclasses.dataclass
 class Explanation:
     nodes: int
     batches: int
@@ -54,6 +68,7 @@ class Explanation:
     seconds: dict           # recording, scheduling, executing, backward
     signatures: list        # SignatureReport, most batches first
     singles: list           # Single, in flush and batch order
+    apart: list             # ApartByParameters, most signatures first
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -69,6 +84,11 @@ class Explanation:
             lines.append(f"{s.batches:>7} {s.nodes:>7} {f'{s.smallest}/{s.median:g}/{s.largest}':>21} "
                          f"{_size(s.bytes_gathered):>10} {_size(s.bytes_written):>10} {_time(s.forward_seconds):>10} "
                          f"{_time(s.backward_seconds):>10}  {s.description}")
+        if self.apart:
+            lines += ["", "ran apart because their Parameters differ (a batch shares its Parameters):"]
+            for a in self.apart:
+                lines.append(f"  {a.description}: {a.signatures} sets of Parameters, {a.batches} batches, "
+                             f"{a.nodes} nodes")
         if self.singles:
             lines += ["", f"{len(self.singles)} node{'s' if len(self.singles) != 1 else ''} ran in a batch of one:"]
             for s in self.singles[:SINGLES_SHOWN]:
@@ -120,11 +140,17 @@ def explain(scope):
                                        sum(r[2] for r in rows), _seconds(r[3] for r in rows),
                                        _seconds(r[4] for r in rows)))
     reports.sort(key=lambda r: (-r.batches, -r.nodes))
+    alike = defaultdict(list)
+    for r in reports:
+        alike[_PARAMETER_ID.sub("param", r.description)].append(r)
+    apart = [ApartByParameters(d, len(rs), sum(r.batches for r in rs), sum(r.nodes for r in rs))
+             for d, rs in alike.items() if len(rs) > 1]
+    apart.sort(key=lambda a: (-a.signatures, -a.nodes))
     st = scope.stats
     return Explanation(st.nodes, st.batches, st.lower_bound, st.flushes, st.forced_flushes,
                        {"recording": st.record_seconds, "scheduling": st.schedule_seconds,
                         "executing": st.execute_seconds, "backward": st.backward_seconds},
-                       reports, singles)
+                       reports, singles, apart)
 
 
 def _seconds(per_batch):
@@ -151,6 +177,9 @@ def _why_alone(sig, nodes_of, batches_of, forced):
         seen = ", ".join(str(n) for n in sorted({len(o.in_shapes) for o in arity})[:5])
         return (f"an arity of its own ({len(sig.in_shapes)} operands): {op.name} also ran with {seen} in this "
                 f"flush (each arity is a signature)")
+    if any(o.attrs == sig.attrs for o in others):     # shapes and arity alike: the Parameters differ
+        return (f"Parameters of its own: {op.name} also ran with other Parameters in this flush (a batch "
+                f"shares its Parameters: each block instance, or each weight, runs in batches of its own)")
     if others:
         return f"attributes of its own: {op.name} also ran with other attributes in this flush"
     if forced:
