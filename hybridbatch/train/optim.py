@@ -180,6 +180,12 @@ class Optimizer:
         a zero gradient leaves a row unchanged (no decay, no momentum, no moments)."""
         return False
 
+    @property
+    def descends_factors(self):
+        """Whether `apply` adds a weight gradient still kept as its factors straight into the
+        weight (Parameter.descend_outer) rather than reading the gradient: plain SGD."""
+        return False
+
     def _decayed(self, weight, grad, scale):
         """(g, s) with s * g = scale * grad + wd * weight (L2 weight decay, as MXNet's
         optimizers do), in place in grad. Without decay the scale stays apart for the rule to
@@ -221,8 +227,12 @@ class SGD(Optimizer):
         # the momentum buffer is made on first use, so momentum may be turned on later
         return {"mom": None}
 
-    def rows_only(self, state):
+    def rows_only(self, state):     # descends_factors, written out: read per parameter and step
         return not self.wd and not self.momentum and state["mom"] is None
+
+    @property
+    def descends_factors(self):
+        return not self.wd and not self.momentum
 
     def update(self, weight, grad, state, scale, lr):
         g, s = self._decayed(weight, grad, scale)
@@ -514,7 +524,7 @@ class Trainer:
         else:
             raise TypeError(f"optimizer must be a name or an Optimizer, not {type(optimizer).__name__}")
         self._states = [None] * len(self._params)      # a parameter's optimizer state, made on its first update
-        if isinstance(self.optimizer, SGD) and self.optimizer.rows_only({"mom": None}) and self.clip_global_norm is None:
+        if self.optimizer.descends_factors and self.clip_global_norm is None:
             for p in self._params:       # its step adds a few-row gradient's factors into the weight
                 p.keep_grad_factors = True
         self.step_count = 0          # the step() calls that updated
