@@ -26,6 +26,22 @@ def one_thread():
         os.environ.setdefault(v, "1")
 
 
+_RERUN_GUARD = "HYBRIDBATCH_BENCH_REEXEC"
+
+
+def rerun_on_one_thread(module):
+    """Re-execute `python -m module` with the thread variables the environment lacks set to
+    1, unless all are set (or it already did, or the OS cannot): BLAS and numba read them
+    when they load, which `import hybridbatch` has done by the time a module's main runs."""
+    missing = [v for v in THREAD_VARS if v not in os.environ]
+    if not missing or os.environ.get(_RERUN_GUARD) or not hasattr(os, "execve"):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]],
+              dict(os.environ, **{v: "1" for v in missing}, **{_RERUN_GUARD: "1"}))
+
+
 def thread_settings():
     return {v: os.environ.get(v) for v in THREAD_VARS}
 

@@ -13,11 +13,10 @@ benchmark looks up; their kernels compile in this process, so all are cached whe
 import argparse
 import contextlib
 import io
-import os
 import sys
 import time
 
-from .machine import THREAD_VARS
+from .machine import rerun_on_one_thread
 
 WARMED = ("W1", "CHILDSUM")
 RUN = ["--instances", "8", "--warmup", "0", "--eager-instances", "8", "--eager-warmup", "0", "--repeats", "1",
@@ -42,11 +41,7 @@ def main(workloads=WARMED, hidden=None):
 
 
 if __name__ == "__main__":
-    missing = [v for v in THREAD_VARS if v not in os.environ]
-    if missing:
-        sys.stdout.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "hybridbatch_workloads.bench.warm_up", *sys.argv[1:]],
-                  dict(os.environ, **{v: "1" for v in missing}))
+    rerun_on_one_thread("hybridbatch_workloads.bench.warm_up")
     ap = argparse.ArgumentParser(description="compile what the benchmark's models need, into the caches")
     ap.add_argument("workloads", nargs="*", help=f"workloads to warm ({' '.join(WARMED)})")
     ap.add_argument("--hidden", type=int, help="their hidden size (each workload's default)")
