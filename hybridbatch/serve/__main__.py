@@ -80,7 +80,8 @@ def main(argv=None):
     # what is alive now (modules, the model) lives as long as the process: kept out of the cyclic
     # collector's full passes, which would otherwise rescan it all and stall a batch for 50-100 ms
     gc.freeze()
-    batcher = Batcher(model.infer, max_batch_size=None if args.eager else args.max_batch_size, max_delay_ms=args.max_delay_ms,
+    batcher = Batcher(model.infer, max_batch_size=None if args.eager else args.max_batch_size,
+                      max_delay_ms=args.max_delay_ms,
                       max_queue=args.max_queue, policy=args.policy, granularity=args.granularity, eager=args.eager)
     listener = listen(args.host, args.port)
     host, port = listener.getsockname()[:2]
