@@ -99,7 +99,7 @@ def test_a_future_of_another_scope_is_refused_at_the_call():
             block(old[0])
 
 
-def test_the_inlined_appends_build_the_graph_graph_add_builds():
+def test_the_inlined_appends_build_the_same_graph_as_graph_add():
     """Recording's fast paths append a call's lists themselves (record, a block call, an
     input array, a list op); with check_numerics every call goes through graph.add (it also
     keeps the caller's line). Both give the same calls."""

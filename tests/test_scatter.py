@@ -60,12 +60,16 @@ def test_add_outer_adds_scaled_products_of_few_and_many_rows(rows, dtype):
     dst = scale * left^T right with void (dst's numbers never read: NaN stays out)."""
     rng = np.random.default_rng(rows)
     dst = rng.standard_normal((37, 21)).astype(dtype)
-    left = rng.standard_normal((rows, 37)).astype(dtype)
     right = rng.standard_normal((rows, 21)).astype(dtype)[:, ::-1]       # a strided factor
-    for scale in (1.0, -0.25):
-        got = dst.copy()
-        scatter.add_outer(got, left, right, scale=scale)
-        np.testing.assert_allclose(got, dst + scale * (left.T @ right), rtol=1e-5, atol=1e-5)
-        got = np.full_like(dst, np.nan)
-        scatter.add_outer(got, left, right, void=True, scale=scale)
-        np.testing.assert_allclose(got, scale * (left.T @ right), rtol=1e-5, atol=1e-5)
+    c_left = rng.standard_normal((rows, 37)).astype(dtype)
+    for left in (c_left, np.array(c_left.T, order="C").T):     # C-ordered, and as Parameter keeps G
+        before = left.copy(), right.copy()
+        for scale in (1.0, -0.25):
+            got = dst.copy()
+            scatter.add_outer(got, left, right, scale=scale)
+            np.testing.assert_allclose(got, dst + scale * (left.T @ right), rtol=1e-5, atol=1e-5)
+            got = np.full_like(dst, np.nan)
+            scatter.add_outer(got, left, right, void=True, scale=scale)
+            np.testing.assert_allclose(got, scale * (left.T @ right), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(left, before[0])      # the factors never written
+        np.testing.assert_array_equal(right, before[1])
