@@ -91,6 +91,21 @@ def test_shape_error_names_op_and_shapes_at_the_recording_call(cell):
         hb.array(np.zeros(3, np.float32)) + hb.array(np.zeros(4, np.float32))
 
 
+@pytest.mark.parametrize("mode", ["eager", "batched"])
+def test_a_float64_input_to_float32_parameters_names_the_dtypes_and_the_cast(mode):
+    """numpy's default float64 meeting a float32 layer is a dtype error, said as one."""
+    layer = hb.nn.Dense(4, 3, seed=0)
+    x = np.random.default_rng(0).standard_normal(3)
+    with pytest.raises(hb.ShapeError, match=r"affine: .*\(3,\) float64.*must share one dtype.*astype\(np.float32\)"):
+        if mode == "eager":
+            layer(x)
+        else:
+            with hb.batching():
+                layer(x)
+    with pytest.raises(hb.ShapeError, match=r"\(3,\) float32 and \(3,\) int32 must share one dtype; cast one"):
+        hb.array(np.zeros(3, np.float32)) + hb.array(np.zeros(3, np.int32))
+
+
 def test_future_used_after_its_scope_is_refused(cell):
     W, b = cell
     with hb.batching():

@@ -354,7 +354,8 @@ def _flag(a):
     if isinstance(a, (bool, np.bool_)):
         raise TypeError("a bool argument of a hybridized block is neither a flag its forward can test "
                         "(its value is not known while tracing) nor an op index (hb.lookup and hb.pick "
-                        "refuse a bool); make the flag a block attribute, or pass an int")
+                        "refuse a bool); pass a str flag (\"train\" / \"eval\") or None, make it a block "
+                        "attribute, or pass an int")
     return (STATIC, a)
 
 
@@ -362,7 +363,9 @@ def _as_handle(a, scope):
     """The block argument as a value handle of the current mode (arrays become constants)."""
     if isinstance(a, Future):
         if scope is None or a.scope is not scope:
-            raise ScopeError("a Future was passed to a block outside the batching scope that recorded it")
+            raise ScopeError("a Future was passed to a block outside the batching scope that recorded it; "
+                             "read it with .asnumpy() and pass the array instead, or call the block inside "
+                             "that scope")
         return a
     if scope is None:
         return a if isinstance(a, eager.Tensor) else eager.constant(a)

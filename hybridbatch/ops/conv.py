@@ -13,7 +13,7 @@ equally where several tie, as hb.max's does (a relu before pooling ties at 0).
 """
 from ..kernels import blas
 from .reduce import tie_shared
-from .registry import Op, as_batched, batch_size, check, check_float, register
+from .registry import Op, as_batched, batch_size, check, check_float, check_one_dtype, register
 
 
 def _rows(xp, x, k):
@@ -81,7 +81,7 @@ class Conv2D(Op):
         check(w[1] == x[0], self.name, shapes, f"the weight reads {w[1]} channels, the feature map has {x[0]}")
         if len(shapes) == 3:
             check(shapes[2] == (w[0],), self.name, shapes, f"the bias must be ({w[0]},), one per output channel")
-        check(len(set(dtypes)) == 1, self.name, shapes, f"operands must share one dtype, not {dtypes}")
+        check_one_dtype(self.name, shapes, dtypes)
         check_float(self.name, shapes, dtypes)
         return (w[0],) + x[1:], dtypes[0]
 

@@ -13,7 +13,8 @@ import struct
 import numpy as np
 
 from ..kernels.segments import segment_of_rows, segment_sums
-from .registry import Op, register, as_int, expand, unbroadcast, broadcast_shape, check, check_float, check_not_bool
+from .registry import (Op, register, as_int, expand, unbroadcast, broadcast_shape, check, check_float, check_not_bool,
+                       check_one_dtype)
 
 
 class _Unary(Op):
@@ -367,7 +368,7 @@ class _Binary(Op):
     fusable = True
 
     def infer(self, attrs, shapes, dtypes):
-        check(dtypes[0] == dtypes[1], self.name, shapes, f"dtypes {dtypes[0]} and {dtypes[1]} differ")
+        check_one_dtype(self.name, shapes, dtypes)
         return broadcast_shape(self.name, shapes), dtypes[0]
 
     def operands(self, sig, xs):
@@ -531,7 +532,7 @@ class Where(Op):
     zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
-        check(dtypes[1] == dtypes[2], self.name, shapes, f"dtypes {dtypes[1]} and {dtypes[2]} differ")
+        check_one_dtype(self.name, shapes[1:], dtypes[1:])
         return broadcast_shape(self.name, shapes), dtypes[1]
 
     def operands(self, sig, xs):

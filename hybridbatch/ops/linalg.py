@@ -7,7 +7,8 @@ turn each combination into plain 2-D GEMMs where they can.
 """
 from ..errors import ShapeError
 from ..kernels import blas
-from .registry import Op, OuterGrad, register, expand, unbroadcast, broadcast_shape, check, as_batched, batch_size
+from .registry import (Op, OuterGrad, register, expand, unbroadcast, broadcast_shape, check, check_one_dtype,
+                       as_batched, batch_size)
 
 
 def _promote(x, shared, shape, left):
@@ -100,7 +101,7 @@ class MatMul(Op):
     product = True
 
     def infer(self, attrs, shapes, dtypes):
-        check(dtypes[0] == dtypes[1], self.name, shapes, f"dtypes {dtypes[0]} and {dtypes[1]} differ")
+        check_one_dtype(self.name, shapes, dtypes)
         return matmul_shape(self.name, *shapes), dtypes[0]
 
     def forward(self, xp, sig, xs, aux):
@@ -120,7 +121,7 @@ class Affine(Op):
     without_bias = MatMul
 
     def infer(self, attrs, shapes, dtypes):
-        check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")
+        check_one_dtype(self.name, shapes, dtypes)
         prod = matmul_shape(self.name, shapes[0], shapes[1])
         try:
             out = broadcast_shape(self.name, (prod, shapes[2]))

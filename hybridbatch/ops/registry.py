@@ -9,6 +9,7 @@ import operator
 
 import numpy as np
 
+from ..errors import ShapeError
 from ..record.signature import check  # noqa: F401  (re-exported for op modules)
 
 def as_int(what, v):
@@ -207,6 +208,19 @@ def check_float(op_name, shapes, dtypes):
     inferred (integer) dtype and would truncate."""
     for d in dtypes:
         check(d.kind == "f", op_name, shapes, f"needs floating-point operands, not {d}")
+
+
+def check_one_dtype(op_name, shapes, dtypes):
+    """ShapeError unless the operands share one dtype, naming each operand's dtype and,
+    for float64 meeting float32, the usual cause: a numpy input (numpy's default is
+    float64) given to float32 Parameters."""
+    if len(set(dtypes)) > 1:
+        shown = " and ".join(f"{tuple(s)} {d}" for s, d in zip(shapes, dtypes))
+        names = {d.name for d in dtypes}
+        hint = ("; numpy makes float64 arrays by default, Parameters float32 unless made with another "
+                "dtype: convert the input, e.g. x.astype(np.float32)" if names == {"float32", "float64"}
+                else "; cast one of them")
+        raise ShapeError(f"{op_name}: operands of shapes and dtypes {shown} must share one dtype{hint}")
 
 
 def check_not_bool(op_name, shapes, dtypes):

@@ -1,7 +1,7 @@
 """Ops that move values around: inputs, parameter reads, concat, stack, slicing, reshape, transpose."""
 import numpy as np
 
-from .registry import Op, register, check, as_batched
+from .registry import Op, register, check, check_one_dtype, as_batched
 from ..record import signature
 
 
@@ -65,7 +65,7 @@ class Concat(Op):
         check(len(first) > axis, self.name, shapes, f"axis {axis} out of range")
         check(all(len(s) == len(first) and s[:axis] == first[:axis] and s[axis + 1:] == first[axis + 1:]
                   for s in shapes), self.name, shapes, f"shapes differ off the concat axis {axis}")
-        check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")
+        check_one_dtype(self.name, shapes, dtypes)
         return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1:], dtypes[0]
 
     def forward(self, xp, sig, xs, aux):
@@ -191,7 +191,7 @@ class Stack(Op):
     def infer(self, attrs, shapes, dtypes):
         axis = attrs[0]
         check(all(s == shapes[0] for s in shapes), self.name, shapes, "stack needs equal shapes")
-        check(len(set(dtypes)) == 1, self.name, shapes, "operands must share one dtype")
+        check_one_dtype(self.name, shapes, dtypes)
         check(0 <= axis <= len(shapes[0]), self.name, shapes, f"axis {axis} out of range")
         return shapes[0][:axis] + (len(shapes),) + shapes[0][axis:], dtypes[0]
 
