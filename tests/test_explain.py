@@ -46,7 +46,7 @@ def test_each_reason_a_node_ran_alone():
     assert "its signature ran in 2 batches" in reasons
     assert "a shape of its own: tanh also ran on ((2,),)" in reasons
     assert "py_func never batches" in reasons
-    assert "the only node of its signature in this flush" in reasons      # log, after the read
+    assert "the only node of its signature in the scope" in reasons       # log, after the read
     assert scope.stats.forced_flushes == 1
 
 
@@ -76,8 +76,32 @@ def test_a_node_alone_in_a_flush_a_read_forced():
             hb.exp(np.full(2, i, np.float32)).asnumpy()   # one read per instance: nothing batches
     report = scope.explain()
     assert report.forced_flushes == 3 == len(report.singles)
-    assert all("a flush a read forced" in s.reason for s in report.singles)
+    assert all("the only such node in its flush, 2 more in other flushes, flushes that reads forced" in s.reason
+               for s in report.singles)
     assert "3 forced by reads" in str(report)
+
+
+def test_a_tail_after_the_last_read_of_an_hb_map_instance_is_named_as_split_by_rounds():
+    """Instances that halt in different rounds record their losses in different flushes: the
+    report says the rounds split them, and where to record such a tail instead."""
+    cell, out = nn.Dense(4, 4, activation="tanh", seed=0), nn.Dense(2, 4, seed=1)
+    cell.hybridize()
+    out.hybridize()
+
+    def halt_after(steps):
+        h = cell(np.ones(4, np.float32))
+        for _ in range(steps):
+            h.asnumpy()                                   # a read per step: a round per step
+            h = cell(h)
+        return hb.pick_neg_log_softmax(out(h), 0)         # the tail, after the last read
+
+    with hb.batching() as scope:
+        hb.add_n(hb.map(halt_after, [1, 2, 3]))
+    tails = [s.reason for s in scope.explain().singles if s.description.startswith("pick_neg_log_softmax")]
+    assert len(tails) == 3
+    assert all("more in other flushes: each hb.map round's flush batches what its instances recorded" in r
+               and "compute it after hb.map" in r for r in tails)
+    assert scope.stats.forced_flushes == 3
 
 
 def test_rows_gathered_by_index_are_counted():

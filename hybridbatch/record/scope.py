@@ -127,6 +127,7 @@ class batching:
         self._entered = self._exited = None
         self.auto_calls = {}        # granularity "auto": inlined block -> its calls since the last flush
         self.forced_plans = set()   # indices in self.plans of the flushes that reads of pending values forced
+        self.map_round_plans = set()    # ... of those, the flushes of hb.map rounds
         self.node_lines = {}        # node -> the user's line that recorded it, for nodes that run alone
         self._since = None          # when the work the next flush ends began: entry, last flush or backward
 
@@ -359,6 +360,8 @@ class batching:
             return
         if self.flushed < len(self.graph):
             self.forced_plans.add(len(self.plans))
+            if self.suspend is not None:    # the driver of a running hb.map: a round's flush
+                self.map_round_plans.add(len(self.plans))
         self.forward()
 
     def backward(self, nid, retain_graph=False):

@@ -6,7 +6,8 @@ wrote (output rows), and, where the scope ran under `hb.profile()`, their forwar
 backward seconds. Then every node that ran in a batch of one, with the reason the plans
 show: an op that never batches (`py_func`), the only node of its signature in its flush
 (named further when the op ran on other shapes, with another number of operands or with
-other Parameters there, or when a read forced that flush), or a signature the flush ran in
+other Parameters there, or when a read or an hb.map round forced that flush while its
+signature ran in other flushes), or a signature the flush ran in
 several batches (dependencies, or the policy's order). And the signatures that read alike
 but ran apart because their Parameters differ (the experts of a mixture: one block class,
 one instance each). It reads the scope's plans after the fact; nothing is collected while
@@ -114,6 +115,11 @@ def explain(scope):
     sigs = signature.SIGS
     batches = defaultdict(list)      # recorded signature -> [(size, gathered, written, fwd s, bwd s)]
     singles = []
+    in_scope = Counter()             # recorded signature -> its nodes in every flush
+    split = "map" if scope.map_round_plans else "read" if scope.forced_plans else "flush"
+    for plan in scope.plans:
+        for s, size in zip(plan.batch_sig, plan.sizes):
+            in_scope[s] += size
     for k, plan in enumerate(scope.plans):
         recorded = plan.batch_sig
         nodes_of = Counter()
@@ -127,7 +133,7 @@ def explain(scope):
                                None if plan.backward_seconds is None else plan.backward_seconds[b]))
             if size == 1:
                 node = plan.start + int(plan.batch_nodes(b)[0])
-                reason = _why_alone(sigs[s], nodes_of, batches_of, k in scope.forced_plans)
+                reason = _why_alone(sigs[s], nodes_of, batches_of, split, in_scope[s] - nodes_of[s])
                 line = scope.graph.origin[node] if scope.graph.origin is not None else scope.node_lines.get(node)
                 if line is not None:
                     reason += f"; recorded at {line}"
@@ -159,11 +165,25 @@ def _seconds(per_batch):
     return sum(timed) if timed else None
 
 
-def _why_alone(sig, nodes_of, batches_of, forced):
-    """Why a node of `sig` ran alone, from its flush's counts per recorded signature."""
+def _why_alone(sig, nodes_of, batches_of, split, elsewhere):
+    """Why a node of `sig` ran alone, from its flush's counts per recorded signature, the
+    signature's nodes in the scope's other flushes, and what split the scope into flushes
+    ("map": hb.map rounds, "read": reads of pending values, "flush": explicit flushes)."""
     op = sig.op
     if not op.batchable:
         return f"{op.name} never batches: each node runs alone (write it with hb ops to batch it)"
+    if elsewhere:
+        alone = f"the only such node in its flush, {elsewhere} more in other flushes"
+        if split == "map":
+            return (f"{alone}: each hb.map round's flush batches what its instances recorded since their "
+                    f"last reads, so a step fewer instances reached, or what an instance recorded after its "
+                    f"last read (its loss, say), runs in a small batch of its round (to batch such a tail "
+                    f"across instances, return what it needs from the mapped function and compute it after "
+                    f"hb.map)")
+        if split == "read":
+            return (f"{alone}, flushes that reads forced: reading a pending value mid-scope flushes what is "
+                    f"recorded so far (record the whole minibatch first, or run instances through hb.map)")
+        return f"{alone}: each flush runs only what was recorded before it"
     if batches_of[sig.id] > 1:
         return (f"its signature ran in {batches_of[sig.id]} batches ({nodes_of[sig.id]} nodes) in this flush: "
                 f"its nodes depend on each other, or the policy ran them apart")
@@ -182,10 +202,7 @@ def _why_alone(sig, nodes_of, batches_of, forced):
                 f"shares its Parameters: each block instance, or each weight, runs in batches of its own)")
     if others:
         return f"attributes of its own: {op.name} also ran with other attributes in this flush"
-    if forced:
-        return ("the only such node in a flush a read forced: reading a value mid-scope flushes what is "
-                "recorded so far (record the whole minibatch first, or run instances through hb.map)")
-    return "the only node of its signature in this flush"
+    return "the only node of its signature in the scope"
 
 
 def _gathered(plan, arenas, b):
