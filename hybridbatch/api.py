@@ -10,7 +10,7 @@ from .ops import (OPS, elementwise as E, linalg as L, shape as S, reduce as R, s
                   custom as C)
 from .ops import random as RND, conv as CV
 from .ops.random import seed  # noqa: F401  (public: hb.seed)
-from .hybrid.arguments import draw_placeholder
+from .hybrid.arguments import BlockInt, draw_placeholder
 from .ops.registry import as_int
 from .ops.shape import normalize_index
 from .train.parameter import Parameter
@@ -402,7 +402,9 @@ def concat(xs, axis=0):
 
 def slice(x, key):
     """x[key] for int and slice indices (what `future[i:j]` calls): gates out of one
-    product, a row of a matrix.
+    product, a row of a matrix. One int index of a vector is `pick`: the element's index is
+    per-node data, so `log_softmax(z)[label]` of different labels batch (and a block's int
+    argument may be that index), where each other index is part of the signature.
 
     >>> x = hb.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     >>> hb.slice(x, (1, np.s_[1:])).asnumpy()
@@ -410,7 +412,17 @@ def slice(x, key):
     >>> x[:, 0].asnumpy()
     array([1., 4.], dtype=float32)
     """
-    return apply(S.Slice, (x,), normalize_index(key, shape_of(x)))
+    shape = shape_of(x)
+    if key.__class__ is BlockInt:
+        if len(shape) != 1:
+            raise TypeError(f"an int argument of a block indexes a vector's element here (as hb.pick), not a "
+                            f"value of shape {shape}: slice the value before the call and pass the part, or "
+                            f"index it with hb.lookup from a Parameter table")
+        return pick(x, key)
+    if len(shape) == 1 and isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)) \
+            and not ((scope := _local.scope) is not None and scope.tracing):    # a trace keeps a fixed slice
+        return pick(x, normalize_index(key, shape)[0][1])
+    return apply(S.Slice, (x,), normalize_index(key, shape))
 
 
 def split(x, sections, axis=0):

@@ -27,6 +27,20 @@ def test_numpy_function_on_a_handle_raises_instead_of_detaching(ufunc):
             ufunc(x)
 
 
+def test_a_ufunc_on_a_handle_names_the_hb_op_and_an_in_place_array_operator_records():
+    """np.tanh(h) names hb.tanh; `acc += h` on an array rebinds acc to the recorded sum, as
+    Python's fallback to the handle's reflected operator does."""
+    for x in _handles():
+        with pytest.raises(TypeError, match=rf"numpy's tanh on a {type(x).__name__} would .*use hb\.tanh"):
+            np.tanh(x)
+        with pytest.raises(TypeError, match=r"numpy's add\.reduce .*use the hb op"):
+            np.add.reduce(x)
+        acc = np.ones(3, np.float32)
+        acc += x
+        assert not isinstance(acc, np.ndarray)
+        np.testing.assert_array_equal(acc.asnumpy(), 1 + np.asarray(x))
+
+
 def test_numpy_shape_functions_read_no_numbers_and_work():
     for x in _handles():
         assert np.shape(x) == (3,) and np.ndim(x) == 1 and np.size(x) == 3 and np.size(x, 0) == 3
@@ -168,3 +182,58 @@ def test_division_by_a_zero_number_gives_numpys_inf_and_nan(zero):
         got = got.asnumpy()
     np.testing.assert_array_equal(got_eager, want)
     np.testing.assert_array_equal(got, want)
+
+
+class _LabelLoss(hb.HybridBlock):
+    """-log_softmax(W x)[label], the label an int argument of the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = hb.nn.Dense(5, 4, seed=0)
+
+    def forward(self, x, label):
+        return -hb.log_softmax(self.out(x))[label]
+
+
+@pytest.mark.parametrize("granularity", ["block", "op"])
+def test_an_int_index_of_a_vector_is_per_node_data_in_and_out_of_blocks(granularity):
+    """z[i] of a vector picks element i as hb.pick does: indices 0..4 (and -1) batch in one
+    batch per op, a block's int argument may be the index, and values and gradients are
+    eager's."""
+    block = _LabelLoss()
+    block.hybridize()
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(4).astype(np.float32) for _ in range(10)]
+    labels = [0, 1, 2, 3, 4, -1, 4, 3, 2, 1]
+
+    def losses():
+        outside = [-hb.log_softmax(block.out(x))[y] for x, y in zip(xs, labels)]
+        inside = [block(x, y % 5) for x, y in zip(xs, labels)]
+        return hb.add_n(outside + inside)
+
+    eager = losses()
+    eager.backward()
+    want = {k: p.grad.copy() for k, p in block.collect_params().items()}
+    for p in block.collect_params().values():
+        p.zero_grad()
+    with hb.batching(granularity=granularity) as scope:
+        batched = losses()
+    batched.backward()
+    assert "slice" not in str(scope.explain())
+    np.testing.assert_allclose(batched.item(), eager.item(), rtol=1e-6)
+    for k, p in block.collect_params().items():
+        np.testing.assert_allclose(p.grad, want[k], rtol=1e-5, atol=1e-7)
+    logits = [np.asarray(block.out(x)) for x in xs]
+    by_numpy = sum(np.log(np.exp(z).sum()) - z[y] for z, y in zip(logits, labels))
+    np.testing.assert_allclose(eager.item(), 2 * by_numpy, rtol=1e-5)
+
+
+def test_a_block_int_argument_indexing_a_matrix_says_what_to_do():
+    class Row(hb.HybridBlock):
+        def forward(self, m, i):
+            return m[i]
+
+    block = Row()
+    block.hybridize()
+    with pytest.raises(TypeError, match=r"indexes a vector's element here \(as hb.pick\), not a value of shape \(2, 3\)"):
+        block(np.ones((2, 3), np.float32), 1)

@@ -42,7 +42,7 @@ def install(cls, api, named=False):
     # numpy functions refuse handles (TypeError): np.tanh(W @ x) read the value through
     # __array__, silently dropping W's gradient, and np.sum(W) returned W itself; so did
     # np.dot and np.concatenate. np.asarray(h) still reads the numbers, as asked.
-    cls.__array_ufunc__ = None
+    cls.__array_ufunc__ = _ufunc_on_handle
     cls.__array_function__ = _refuse_numpy_function
 
 
@@ -57,6 +57,29 @@ def _refuse_comparison(value, other):
 def _numbers(other):
     """An operand of <, <=, >, >= as numbers: a value handle is read (as numpy would)."""
     return other.asnumpy() if hasattr(other, "asnumpy") else other
+
+
+# `array op value` reaches the handle as a ufunc: the handle's reflected operator answers it
+_REFLECTED = {np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul__", np.true_divide: "__rtruediv__",
+              np.matmul: "__rmatmul__", np.power: "__rpow__", np.equal: "__eq__", np.not_equal: "__ne__",
+              np.less: "__gt__", np.less_equal: "__ge__", np.greater: "__lt__", np.greater_equal: "__le__"}
+
+
+def _ufunc_on_handle(value, ufunc, method, *inputs, **kwargs):
+    """A numpy ufunc given a handle. `array op value` (and `array op= value`, which rebinds
+    the name to the result as Python's fallback would) is the handle's reflected operator, so
+    the op is recorded; anything else (np.tanh(h)) raises, naming the hb op to use."""
+    reflected = _REFLECTED.get(ufunc)
+    if (reflected is not None and method == "__call__" and len(inputs) == 2 and inputs[1] is value
+            and inputs[0] is not value and (not kwargs or kwargs == {"out": (inputs[0],)})):
+        return getattr(value, reflected)(inputs[0])
+    from .. import api
+    name = ufunc.__name__
+    use = f"hb.{name}" if method == "__call__" and hasattr(api, name) else "the hb op (hb.tanh, hb.sum, ...)"
+    if method != "__call__":
+        name += f".{method}"
+    raise TypeError(f"numpy's {name} on a {type(value).__name__} would compute on its numbers and drop its "
+                    f"gradient: use {use}, or read the numbers first (.asnumpy(), or a Parameter's .data)")
 
 
 def _refuse_numpy_function(value, func, types, args, kwargs):
