@@ -269,8 +269,10 @@ def _split_dims(rng):
 
 spec("slice_range", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
      lambda xs, d, a: xs[0][d["i"]:d["j"]], lambda xs, d, a: xs[0][d["i"]:d["j"]])
-spec("slice_elem", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+spec("slice_elem", "pick", _slice_dims, [(lambda d: (d["n"],), "any")],      # x[i] of a vector is pick
      lambda xs, d, a: xs[0][d["i"]], lambda xs, d, a: xs[0][d["i"]])
+spec("slice_elem_negative", "pick", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: xs[0][-d["i"] - 1], lambda xs, d, a: xs[0][-d["i"] - 1])
 spec("slice_negative", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
      lambda xs, d, a: xs[0][-1, -d["i"] - 1:], lambda xs, d, a: xs[0][-1, -d["i"] - 1:])
 spec("slice_step", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
