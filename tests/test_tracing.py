@@ -142,6 +142,17 @@ def test_an_integer_argument_used_as_a_value_says_why(mode):
         _call(mode, lambda: [block(np.ones(3, np.float32), 2)])
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_shape_error_inside_a_cell_names_the_block_and_its_arguments(mode):
+    """The op alone (an affine of shapes (64, 26) and (24,)) does not say whose it is."""
+    cell = hb.nn.LSTMCell(16, 10)
+    cell.hybridize()
+    with pytest.raises(hb.ShapeError, match="inner dimensions 26 and 24 differ") as raised:
+        _call(mode, lambda: list(cell(np.zeros(8, np.float32), np.zeros(16, np.float32), np.zeros(16, np.float32))))
+    assert "while tracing LSTMCell.forward for arguments ((8,) float32, (16,) float32, (16,) float32)" \
+        in raised.value.__notes__
+
+
 class OptionalProjection(hb.HybridBlock):
     def __init__(self):
         super().__init__()

@@ -4,7 +4,7 @@
 placeholders (arguments.py); the ops it records become the program's steps. Later calls
 with that key only replay the program or run it as one node.
 """
-from ..errors import HybridBatchError
+from ..errors import HybridBatchError, ShapeError
 from ..ops.shape import Input
 from ..record import signature
 from ..record.future import Future
@@ -38,7 +38,11 @@ def trace(block, key, tracer):
     graph = tracer.graph
     n_inputs = len(graph)
     tracer.trace_ints = n_ints          # random draws take the integer columns after these
-    out = block.forward(*inputs)
+    try:
+        out = block.forward(*inputs)
+    except (ShapeError, IndexError, TypeError) as e:    # name the block: the op alone may not say whose
+        e.add_note(f"while tracing {type(block).__name__}.forward for arguments {_described(key)}")
+        raise
     container = list if isinstance(out, list) else tuple if isinstance(out, tuple) else None
     outs = [out] if container is None else list(out)
     if not outs:
@@ -54,6 +58,22 @@ def trace(block, key, tracer):
                    out_types=tuple(graph.type[o] for o in outputs), container=container,
                    n_ints=tracer.trace_ints, n_draws=tracer.trace_ints - n_ints,
                    origins=dict(enumerate(graph.origin or ())), owner=block)
+
+
+def _described(key):
+    """A call key as the user passed it: shapes and dtypes, int, flags, Parameter names."""
+    parts = []
+    for a in key:
+        if isinstance(a, Parameter):
+            parts.append(f"Parameter {a.name!r}")
+        elif a is INT:
+            parts.append("an int")
+        elif a.__class__ is tuple:
+            parts.append(repr(a[1]))
+        else:
+            shape, dtype = signature.TYPES[a]
+            parts.append(f"{shape} {dtype}")
+    return "(" + ", ".join(parts) + ")"
 
 
 def _steps(graph, n_inputs):
