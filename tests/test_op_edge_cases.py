@@ -203,3 +203,69 @@ def test_max_shares_the_gradient_among_ties_and_where_gives_cond_none(mode):
             value = go()
     assert value == pytest.approx(3.0 + 9.0)
     np.testing.assert_array_equal(W.grad, [0.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int64, np.bool_])
+@pytest.mark.parametrize("part", [0, 1], ids=["values", "indices"])
+def test_topk_of_integers_orders_where_negating_would_wrap(dtype, part):
+    """topk sorted by -x: unsigned values and the signed minimum wrapped around there."""
+    info = np.iinfo(dtype) if dtype is not np.bool_ else None
+    low = info.min if info else False
+    high = info.max if info else True
+    instances = [(np.array([0, 7, 6, 5, 0]).astype(dtype),), (np.array([low, 5, high, 3, low]).astype(dtype),)]
+
+    def reference(x):
+        order = np.argsort(~x if x.dtype.kind != "f" else -x, kind="stable")[:2]
+        return x[order] if part == 0 else order.astype(np.int64)
+
+    _assert_like_numpy(lambda x: hb.topk(x, 2)[part], reference, instances)
+    if part == 0:
+        want = [np.array([7, 6]).astype(dtype), np.array([high, 5]).astype(dtype)]
+        for got, w in zip(_values(lambda x: hb.topk(x, 2)[0], instances, "eager"), want):
+            np.testing.assert_array_equal(got, w)
+
+
+@pytest.mark.parametrize("mode", ["eager", "block", "op"])
+def test_the_derivative_of_x_to_the_power_zero_is_zero_at_zero(mode):
+    """x ** 0 is 1 everywhere: its derivative was 0 * 0 ** -1, NaN at x = 0 (both powers)."""
+    x = hb.Parameter("x", (3,), dtype=np.float64, init="zeros")
+    x.data = np.array([0.0, 2.0, -1.0])
+    zero = hb.Parameter("zero", (3,), dtype=np.float64, init="zeros")
+
+    def loss():
+        return hb.sum(x ** 0) + hb.sum(x ** zero)
+
+    if mode == "eager":
+        value = loss()
+    else:
+        with hb.batching(granularity=mode):
+            value = loss()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value.backward()
+    assert value.item() == 6.0
+    np.testing.assert_array_equal(x.grad, np.zeros(3))
+
+
+class _PowersOfAWeight(hb.HybridBlock):
+    """w ** 0 and w ** z inside a block: the fused kernels' derivative rules."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = hb.Parameter("w", (3,), init="zeros")
+
+    def forward(self, x, z):
+        return hb.sum(hb.tanh(x) * (self.w ** 0) + self.w ** z)
+
+
+def test_the_fused_derivative_of_w_to_the_power_zero_is_zero_at_zero():
+    block = _PowersOfAWeight()
+    block.w.data = np.array([0.0, 2.0, -1.0], np.float32)
+    block.hybridize()
+    xs = [np.full(3, v, np.float32) for v in (0.5, -0.5, 1.0, 2.0)]
+    z = np.zeros(3, np.float32)
+    with hb.batching(granularity="block") as scope:
+        loss = hb.add_n([block(x, z) for x in xs])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loss.backward()
+    assert scope.stats.batches <= 3
+    np.testing.assert_array_equal(block.w.grad, np.zeros(3))

@@ -330,7 +330,7 @@ class ScalarAffinePacked(Op):
 class ScalarPow(_Unary):
     """x ** p for a Python number p (x ** 2, x ** 0.5), attrs (p,) as a float: NaN where numpy
     gives it (a negative base, a fractional power), and numpy's infinite derivative at 0 for
-    p < 1."""
+    0 < p < 1. x ** 0 is 1 everywhere, its derivative 0 (not 0 * 0 ** -1 at 0)."""
     name = "scalar_pow"
     public = False       # recorded by the operator: x ** 2
 
@@ -339,11 +339,13 @@ class ScalarPow(_Unary):
 
     def df(self, xp, x, y, gy, attrs):
         p = gy.dtype.type(attrs[0])
+        if p == 0:
+            return xp.zeros_like(gy)
         return gy * (p * x ** (p - 1))
 
     def scalar(self, attrs, t, x):
         p = attrs[0]
-        return _power(x, p), [f"{_literal(p)} * {_power(x, p - 1)}"]
+        return _power(x, p), ["F(0.0)" if p == 0 else f"{_literal(p)} * {_power(x, p - 1)}"]
 
 
 def _power(x, p):
@@ -450,7 +452,8 @@ class Div(_Binary):
 @register
 class Pow(_Binary):
     """a ** b elementwise, floats only. Its derivative by b, y log(a), is 0 where y is (a = 0
-    with b > 0, as PyTorch), not 0 * -inf."""
+    with b > 0, as PyTorch), not 0 * -inf; by a, b a ** (b - 1), is 0 where b is (not
+    0 * 0 ** -1 at a = 0)."""
     name = "pow"
 
     def infer(self, attrs, shapes, dtypes):
@@ -460,14 +463,15 @@ class Pow(_Binary):
     f = staticmethod(lambda a, b: a ** b)
 
     def df(self, a, b, gy, needs):
-        ga = gy * (b * a ** (b - 1)) if needs[0] else None
+        ga = gy * np.where(b == 0, b.dtype.type(0), b * a ** (b - 1)) if needs[0] else None
         if not needs[1]:
             return ga, None
         y = a ** b
         return ga, gy * np.where(y == 0, y.dtype.type(0), y * np.log(a))
 
     def scalar(self, attrs, t, a, b):
-        return f"{a} ** {b}", [f"{b} * {a} ** ({b} - F(1.0))", f"(F(0.0) if {t} == F(0.0) else {t} * np.log({a}))"]
+        return f"{a} ** {b}", [f"(F(0.0) if {b} == F(0.0) else {b} * {a} ** ({b} - F(1.0)))",
+                               f"(F(0.0) if {t} == F(0.0) else {t} * np.log({a}))"]
 
 
 @register

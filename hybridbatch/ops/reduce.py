@@ -208,7 +208,9 @@ class TopK(Op):
     @staticmethod
     def indices(xp, sig, x):
         k, axis = sig.attrs[0], sig.attrs[1] + 1
-        order = xp.argsort(-x if x.dtype.kind != "b" else ~x, axis=axis, kind="stable")
+        # descending, ties in index order: -x for floats; ~x for integers and bools, which
+        # reverses their order where negating wraps (unsigned values, the signed minimum)
+        order = xp.argsort(-x if x.dtype.kind == "f" else ~x, axis=axis, kind="stable")
         return order.take(xp.arange(k), axis=axis)
 
     def forward(self, xp, sig, xs, aux):
