@@ -656,8 +656,8 @@ def lookup(param, index):
 
 
 def pick(x, index):
-    """Element `index` of a vector, a 0-d value. Like `lookup`'s, the index is per-node
-    data, so picks of different elements batch.
+    """Element `index` of a vector, a 0-d value (a negative index counts from the end). Like
+    `lookup`'s, the index is per-node data, so picks of different elements batch.
 
     >>> hb.pick(hb.array([0.5, 1.5, 2.5]), 1).item()
     1.5

@@ -208,7 +208,7 @@ def test_an_int_index_of_a_vector_is_per_node_data_in_and_out_of_blocks(granular
 
     def losses():
         outside = [-hb.log_softmax(block.out(x))[y] for x, y in zip(xs, labels)]
-        inside = [block(x, y % 5) for x, y in zip(xs, labels)]
+        inside = [block(x, y) for x, y in zip(xs, labels)]
         return hb.add_n(outside + inside)
 
     eager = losses()

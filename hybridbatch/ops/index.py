@@ -56,7 +56,8 @@ def _vector(name, shapes, dtypes):
 
 @register
 class Pick(Op):
-    """Element `aux` of a vector."""
+    """Element `aux` of a vector; a negative aux counts from the end, as numpy's index (and
+    the kernels' fancy indexing) reads it. A label (pick_neg_log_softmax) stays >= 0."""
     name = "pick"
     zero_exact = True
     uses_aux = True
@@ -65,7 +66,9 @@ class Pick(Op):
         return _vector(self.name, shapes, dtypes)
 
     def check_aux(self, sig, aux):
-        _check_label(self.name, sig, aux)
+        n = sig.in_shapes[0][0]
+        if not -n <= aux < n:
+            raise IndexError(f"{self.name}: index {aux} out of range for a vector of length {n}")
 
     def aux_limit(self, sig):
         return sig.in_shapes[0][0]
