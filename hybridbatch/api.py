@@ -97,17 +97,29 @@ def _scalar_affine(x, a, c):
     a float operand, the numbers are the node's data, so calls with different numbers batch
     (ops/elementwise.py: packed into its integer for float32 and float16, ScalarAffinePacked;
     an operand otherwise, ScalarAffineOperand); elsewhere they are the op's attributes,
-    baked into a trace's kernels."""
+    baked into a trace's kernels. On unsigned values a negative integer wraps around as
+    numpy's -x, x - 1 and 3 - x do."""
     a, c = _exact(a), _exact(c)
     scope = _local.scope
-    dtype = getattr(x, "dtype", None) if scope is not None and not scope.tracing else None
-    if getattr(dtype, "kind", "") == "f":
+    dtype = getattr(x, "dtype", None)
+    kind = getattr(dtype, "kind", "")
+    if kind == "f" and scope is not None and not scope.tracing:
         c = c if c or c.__class__ is float else -0.0
         packed = E.ScalarAffinePacked.pack(a, c, dtype)
         if packed is not None:
             return scope.record(E.ScalarAffinePacked, (x,), (), packed)
         return scope.record(E.ScalarAffineOperand, (x, scope.owned_constant(np.array([a, c], dtype=dtype))))
+    if kind == "u":
+        a, c = _wrapped(a, dtype), _wrapped(c, dtype)
     return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(a, c))
+
+
+def _wrapped(v, dtype):
+    """A negative integer that an unsigned dtype holds modulo 2 ** bits, as that residue
+    (-1 in uint8: 255); anything else as it is (an out-of-range number is refused later)."""
+    if v.__class__ is int and v < 0 and v >= -(int(np.iinfo(dtype).max) + 1):
+        return v + int(np.iinfo(dtype).max) + 1
+    return v
 
 
 def add(a, b):
