@@ -387,6 +387,15 @@ def test_an_eager_value_computed_from_a_parameter_is_refused_in_a_scope():
         assert np.isfinite(frozen.asnumpy())
 
 
+def test_hb_array_of_an_eager_value_computed_from_a_parameter_is_refused_eagerly_too():
+    W = hb.Parameter("W", (3, 3), rng=np.random.default_rng(0))
+    h = W @ np.ones(3, np.float32)
+    with pytest.raises(TypeError, match="computed from Parameter 'W': as a constant .* gradient would be lost"):
+        hb.array(h)
+    np.testing.assert_array_equal(hb.array(h.asnumpy()).asnumpy(), h.asnumpy())
+    np.testing.assert_array_equal(hb.array(hb.tanh(hb.array([1.0]))).asnumpy(), np.tanh([1.0]).astype(np.float32))
+
+
 @pytest.mark.parametrize("in_scope", [False, True])
 def test_a_list_holding_values_is_refused_as_a_constant(in_scope):
     """hb.array([h0, h1]) or h * [h0, h1] read the entries into a constant array: W's

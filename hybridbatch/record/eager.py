@@ -59,6 +59,9 @@ class Tensor:
 
 def constant(value) -> Tensor:
     refuse_held_values(value)
+    if isinstance(value, Tensor) and (source := trainable_source(value)) is not None:
+        raise TypeError(f"this Tensor was computed from Parameter {source.name!r}: as a constant (hb.array) its "
+                        f"gradient would be lost; use the Tensor itself, or pass t.asnumpy() for a constant")
     value = backend.to_array(value)
     tid = signature.type_id(value.shape, value.dtype)
     return Tensor(value[None], signature.intern(Input, (tid,), ()))
