@@ -31,8 +31,8 @@ def test_profile_adds_up_every_scopes_batches_and_phases(tmp_path):
     top = prof.top()
     assert sum(r["batches"] for r in top) == sum(s.stats.batches for s in scopes)
     assert sum(r["nodes"] for r in top) == sum(s.stats.nodes for s in scopes)
-    lstm = top[0]
-    assert lstm["signature"].startswith("block:LSTMCell") and lstm["forward_seconds"] > 0
+    lstm = next(r for r in top if r["signature"].startswith("block:LSTMCell"))   # the order is by time
+    assert lstm["forward_seconds"] > 0
     assert lstm["backward_seconds"] > 0
     path = prof.chrome_trace(tmp_path / "t.json")
     events = json.loads(path.read_text())["traceEvents"]
@@ -61,6 +61,17 @@ def test_events_past_max_events_are_counted_not_kept():
                 hb.tanh(np.full(2, i, np.float32))
     assert len(prof.events) == 3 and prof.dropped > 0
     assert prof.top()[0]["batches"] == 3         # the sums go on
+    assert set(prof.phases()) == {"recording", "scheduling", "forward"}     # the phases' too
+    with hb.profile(max_events=0) as none_kept:
+        with hb.batching():
+            hb.sum(hb.tanh(np.ones(2, np.float32)) * hb.Parameter("w", (2,), init=1.0)).backward()
+    assert none_kept.events == [] and none_kept.phases()["backward"] > 0
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, None])
+def test_max_events_must_be_a_count(bad):
+    with pytest.raises(ValueError, match="max_events must be an int >= 0"):
+        hb.profile(max_events=bad)
 
 
 def test_the_trace_of_three_w1_training_steps_holds_the_documented_events(tmp_path):

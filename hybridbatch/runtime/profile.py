@@ -25,7 +25,8 @@ def active():
 
 class Profile:
     """Spans and per-batch times from every scope flushed while it is active (a `with`
-    block). `max_events` bounds the trace kept (the sums per signature go on after it).
+    block). `max_events` bounds the trace kept; the sums per phase and per signature go on
+    after it.
 
     >>> import os, tempfile
     >>> with hb.profile() as prof:
@@ -39,9 +40,12 @@ class Profile:
     """
 
     def __init__(self, max_events=1_000_000):
+        if max_events.__class__ is not int or max_events < 0:
+            raise ValueError(f"max_events must be an int >= 0, not {max_events!r}")
         self.max_events = max_events
         self.events = []                   # (name, category, start, seconds, args)
         self.dropped = 0                   # events past max_events
+        self._phases = defaultdict(float)  # phase -> seconds, kept or not
         self._sums = defaultdict(lambda: [0, 0, 0.0, 0.0])   # sig id -> batches, nodes, fwd s, bwd s
         self._open = None                  # backward's batch being timed: (plan, batch, start)
         self._origin = None
@@ -62,6 +66,7 @@ class Profile:
     # -- what the engine reports ---------------------------------------------------------
     def span(self, name, start, end, **args):
         """A phase from `start` to `end` (perf_counter seconds)."""
+        self._phases[name] += end - start
         self._event(name, "phase", start, end - start, args)
 
     def batch(self, plan, b, start, end, phase):
@@ -105,13 +110,9 @@ class Profile:
         return rows[:n]
 
     def phases(self):
-        """Seconds per phase (recording, scheduling, forward, backward, update) over the
-        spans kept."""
-        out = defaultdict(float)
-        for name, category, _, seconds, _, _ in self.events:
-            if category == "phase":
-                out[name] += seconds
-        return dict(out)
+        """Seconds per phase (recording, scheduling, forward, backward, update), every span
+        included, those past max_events too."""
+        return dict(self._phases)
 
     def as_dict(self, n=10):
         return {"phases": self.phases(), "top": self.top(n), "events": len(self.events), "dropped": self.dropped}
