@@ -15,7 +15,7 @@ whether they agree.
 """
 from typing import NamedTuple
 
-from common import example_parser, train_classifier  # noqa: E402
+from common import example_parser, train_classifier, summary  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -67,7 +67,7 @@ class AttentionPooling(hb.Block):
 
 
 def main():
-    ap = example_parser(__doc__.splitlines()[0], epochs=3, batch=32, hidden=64, limit=2048, dev=256, lr=1e-3,
+    ap = example_parser(summary(__doc__), epochs=3, batch=32, hidden=64, limit=2048, dev=256, lr=1e-3,
                         what="sets", lr_help="Adam's learning rate")
     ap.add_argument("--dropout", type=float, default=0.1)
     ap.add_argument("--heads", type=int_at_least(1), default=2, help="attention heads (must divide --hidden)")

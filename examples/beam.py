@@ -14,14 +14,14 @@ whether their losses and translations agree.
     python examples/beam.py --epochs 0 --compare    # decoding only, untrained model
 """
 
-from common import example_parser, train_reading_workload  # noqa: E402
+from common import example_parser, train_reading_workload, summary  # noqa: E402
 
 from hybridbatch_workloads.bench.workload_reading import Beam  # noqa: E402
 from hybridbatch_workloads.cli_args import int_at_least  # noqa: E402
 
 
 def main():
-    ap = example_parser(__doc__.splitlines()[0], epochs=1, batch=64, hidden=256, limit=1000, dev=100, lr=0.5,
+    ap = example_parser(summary(__doc__), epochs=1, batch=64, hidden=256, limit=1000, dev=100, lr=0.5,
                         what="pairs", hidden_help="embedding and LSTM size")
     ap.add_argument("--max-length", type=int_at_least(1), default=50, help="longest translation")
     args = ap.parse_args()

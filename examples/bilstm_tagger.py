@@ -20,7 +20,7 @@ from collections import Counter
 
 # common first: one thread, the repository on the path
 from common import (add_batching_args, add_distributed_arg, epoch_minibatches, load_or_exit, say,  # noqa: E402
-                    start_distributed, step, total_over_ranks)
+                    start_distributed, step, total_over_ranks, summary)
 
 import numpy as np  # noqa: E402
 
@@ -86,7 +86,7 @@ def accuracy(model, data, args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--data", help="folder with en_ewt-ud-{train,dev}.conllu (default: synthetic data)")
     ap.add_argument("--chars", action="store_true", help="W3: embed rare words by a character BiLSTM")
     ap.add_argument("--epochs", type=int_at_least(0), default=3)

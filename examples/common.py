@@ -212,6 +212,11 @@ def report_agreement(outcome):
               f"{differ} of {len(eager_out)} held-out predictions")
 
 
+def summary(doc):
+    """A module docstring's first paragraph on one line: an example's --help description."""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
 def example_parser(description, *, epochs, batch, hidden, limit, dev, lr, what, hidden_help=None,
                    lr_help=None, all_with_zero=False):
     """The command line every per-instance example shares (its own flags are added by the

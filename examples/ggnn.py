@@ -16,7 +16,7 @@ dropout masks) and says whether they agree.
 """
 from typing import NamedTuple
 
-from common import example_parser, train_classifier  # noqa: E402
+from common import example_parser, train_classifier, summary  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -94,7 +94,7 @@ class GGNN(hb.Block):
 
 
 def main():
-    ap = example_parser(__doc__.splitlines()[0], epochs=3, batch=32, hidden=64, limit=1024, dev=256, lr=1e-3,
+    ap = example_parser(summary(__doc__), epochs=3, batch=32, hidden=64, limit=1024, dev=256, lr=1e-3,
                         what="graphs", lr_help="Adam's learning rate")
     ap.add_argument("--dropout", type=float, default=0.2)
     ap.add_argument("--steps", type=int_at_least(1), default=3, help="propagation steps")

@@ -17,7 +17,8 @@ their parent folder holding `lattice_ner/`.
 """
 import argparse
 
-from common import add_batching_args, load_or_exit, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+# first: one thread, the repository on the path
+from common import add_batching_args, load_or_exit, run, summary, train_epoch  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -44,7 +45,7 @@ def accuracy(workload, sentences, args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--data", help="folder with train.txt, dev.txt and lexicon.txt (default: synthetic lattices)")
     add_batching_args(ap)
     ap.add_argument("--hidden", type=int_at_least(1), default=256,

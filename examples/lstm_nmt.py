@@ -18,7 +18,8 @@ aligned source word). The vocabularies are the most frequent training words (8,0
 import argparse
 import math
 
-from common import add_batching_args, run, train_epoch  # noqa: E402  (first: one thread, repository on the path)
+# first: one thread, the repository on the path
+from common import add_batching_args, run, summary, train_epoch  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -45,7 +46,7 @@ def evaluate(workload, pairs, args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     add_batching_args(ap)
     ap.add_argument("--hidden", type=int_at_least(1), default=256, help="embedding and LSTM size")
     ap.add_argument("--batch", type=int_at_least(1), default=64)

@@ -13,13 +13,13 @@ hybridbatch_workloads/bench/workload_module_net.py).
     python examples/module_net.py --data ../shared/data/clevr_programs --compare
 """
 
-from common import example_parser, load_or_exit, train_reading_workload  # noqa: E402
+from common import example_parser, load_or_exit, train_reading_workload, summary  # noqa: E402
 
 from hybridbatch_workloads.bench.workload_module_net import W7ModuleNet  # noqa: E402
 
 
 def main():
-    ap = example_parser(__doc__.splitlines()[0], epochs=2, batch=64, hidden=256, limit=2000, dev=300, lr=0.05,
+    ap = example_parser(summary(__doc__), epochs=2, batch=64, hidden=256, limit=2000, dev=300, lr=0.05,
                         what="synthetic programs",
                         hidden_help="size knob: 256 gives 32 feature-map channels, and channels scale with it")
     ap.add_argument("--data", metavar="DIR", default=None, help="the clevr_programs folder or its parent")

@@ -11,14 +11,14 @@ trains both from the same seed and says whether they agree.
     python examples/moe.py --experts 16 --compare
 """
 
-from common import example_parser, train_reading_workload  # noqa: E402
+from common import example_parser, train_reading_workload, summary  # noqa: E402
 
 from hybridbatch_workloads.bench.workload_reading import W8Gate  # noqa: E402
 from hybridbatch_workloads.cli_args import int_at_least  # noqa: E402
 
 
 def main():
-    ap = example_parser(__doc__.splitlines()[0], epochs=2, batch=256, hidden=256, limit=4096, dev=512, lr=0.1,
+    ap = example_parser(summary(__doc__), epochs=2, batch=256, hidden=256, limit=4096, dev=512, lr=0.1,
                         what="examples", hidden_help="input and expert size")
     ap.add_argument("--experts", type=int_at_least(1), default=64)
     ap.add_argument("--k", type=int_at_least(1), default=2, help="experts per example")

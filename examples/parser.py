@@ -16,13 +16,13 @@ Training uses the projective sentences only (the static oracle reaches no other 
 count of skipped ones is printed. LAS counts every word, punctuation included.
 """
 
-from common import example_parser, load_or_exit, train_reading_workload  # noqa: E402
+from common import example_parser, load_or_exit, train_reading_workload, summary  # noqa: E402
 
 from hybridbatch_workloads.bench.workload_reading import W9Parser  # noqa: E402
 
 
 def main():
-    ap = example_parser(__doc__.splitlines()[0], epochs=1, batch=64, hidden=256, limit=1000, dev=300, lr=1e-3,
+    ap = example_parser(summary(__doc__), epochs=1, batch=64, hidden=256, limit=1000, dev=300, lr=1e-3,
                         what="sentences", all_with_zero=True,
                         hidden_help="256 gives docs/workloads.md sizes (word 100, POS 25, BiLSTM 200, MLP 100); "
                                     "others scale them",

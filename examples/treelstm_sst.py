@@ -24,7 +24,7 @@ import argparse
 
 # common first: one thread, the repository on the path
 from common import (add_batching_args, add_distributed_arg, load_or_exit, on_root, run, say, start_distributed,
-                    train_epoch)
+                    train_epoch, summary)
 
 import numpy as np  # noqa: E402
 
@@ -97,7 +97,7 @@ def accuracy(workload, trees, mode, policy, granularity, batch):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--data", help="folder with SST train.txt / dev.txt (default: synthetic trees)")
     ap.add_argument("--model", choices=sorted(MODELS), default="treelstm",
                     help="W1 Tree-LSTM, or W4: Tree-GRU, two-type Tree-LSTM, MV-RNN")
