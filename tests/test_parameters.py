@@ -92,6 +92,19 @@ class _Tied(hb.Block):
             self.dec.weight = self.enc.weight
 
 
+def test_loading_a_trainer_states_file_as_parameters_says_which_file_it_is(tmp_path):
+    pd = hb.ParameterDict()
+    pd.get("W", (2, 3), init="normal")
+    trainer = hb.Trainer(pd, "adam")
+    with hb.batching():
+        loss = hb.sum(pd["W"] @ np.ones(3, np.float32))
+    loss.backward()
+    trainer.step(1)
+    trainer.save_states(tmp_path / "s.npz")
+    with pytest.raises(ValueError, match="holds a Trainer's states .* load it with trainer.load_states"):
+        pd.load(tmp_path / "s.npz")
+
+
 def test_loading_refuses_two_values_for_one_tied_parameter(tmp_path):
     """A file with different enc.weight and dec.weight loaded into a model where they are one
     Parameter kept the last silently."""

@@ -154,6 +154,10 @@ class ParameterDict:
         values under its names raises ValueError. Values are cast to each parameter's dtype.
         """
         stored = read_npz(os.fspath(path))
+        if "trainer" in stored and "trainer" not in self._params:
+            raise ValueError(f"{os.fspath(path)} holds a Trainer's states (Trainer.save_states), not parameters: "
+                             f"load it with trainer.load_states, and the weights from the file "
+                             f"ParameterDict.save wrote")
         missing = [n for n in self._params if n not in stored]
         extra = [n for n in stored if n not in self._params]
         problems = []
