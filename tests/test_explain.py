@@ -21,6 +21,7 @@ def test_counts_add_up_to_the_scope_stats_and_the_dict_is_json():
     assert sum(s.batches for s in report.signatures) == scope.stats.batches == report.batches
     assert sum(s.nodes for s in report.signatures) == scope.stats.nodes
     lstm = next(s for s in report.signatures if s.description.startswith("block:LSTMCell"))
+    assert lstm.description.endswith("-> ((4,), (4,))")        # h and c
     assert (lstm.batches, lstm.nodes, lstm.smallest, lstm.largest) == (5, 10, 1, 3)
     assert lstm.bytes_written == 10 * 4 * 4 * 2         # h and c, float32
     assert json.loads(json.dumps(report.as_dict()))["batches"] == scope.stats.batches

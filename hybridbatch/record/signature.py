@@ -77,7 +77,10 @@ class Signature:
     def describe(self):
         args = ", ".join(f"param#{p}{s}" if p is not None else f"{s}"
                          for p, s in zip(self.params, self.in_shapes))
-        return f"{self.op.name}({args}; {self.attrs}) -> {self.out_shape}"
+        program = getattr(self.op, "program", None)     # a block call: every output's shape
+        out = self.out_shape if program is None or len(program.out_types) == 1 else \
+            "(" + ", ".join(str(TYPES[t][0]) for t in program.out_types) + ")"
+        return f"{self.op.name}({args}; {self.attrs}) -> {out}"
 
     def __repr__(self):
         return f"Signature({self.id}: {self.describe()})"
