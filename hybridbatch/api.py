@@ -414,8 +414,8 @@ def concat(xs, axis=0):
 
 def slice(x, key):
     """x[key] for int and slice indices (what `future[i:j]` calls): gates out of one
-    product, a row of a matrix. One int index of a vector is `pick`: the element's index is
-    per-node data, so `log_softmax(z)[label]` of different labels batch (and a block's int
+    product, a row of a matrix. One int index is `pick` (of a Parameter: `lookup`): the index
+    is per-node data, so `log_softmax(z)[label]` of different labels batch (and a block's int
     argument may be that index), where each other index is part of the signature.
 
     >>> x = hb.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
@@ -425,15 +425,11 @@ def slice(x, key):
     array([1., 4.], dtype=float32)
     """
     shape = shape_of(x)
-    if key.__class__ is BlockInt:
-        if len(shape) != 1:
-            raise TypeError(f"an int argument of a block indexes a vector's element here (as hb.pick), not a "
-                            f"value of shape {shape}: slice the value before the call and pass the part, or "
-                            f"index it with hb.lookup from a Parameter table")
-        return pick(x, key)
-    if len(shape) == 1 and isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)) \
-            and not ((scope := _local.scope) is not None and scope.tracing):    # a trace keeps a fixed slice
-        return pick(x, normalize_index(key, shape)[0][1])
+    if shape and (key.__class__ is BlockInt or (
+            isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_))
+            and not ((scope := _local.scope) is not None and scope.tracing))):    # a trace keeps a fixed slice
+        index = key if key.__class__ is BlockInt else normalize_index(key, shape)[0][1]
+        return lookup(x, index) if isinstance(x, Parameter) else pick(x, index)
     return apply(S.Slice, (x,), normalize_index(key, shape))
 
 
@@ -668,8 +664,9 @@ def lookup(param, index):
 
 
 def pick(x, index):
-    """Element `index` of a vector, a 0-d value (a negative index counts from the end). Like
-    `lookup`'s, the index is per-node data, so picks of different elements batch.
+    """Element `index` of a vector, a 0-d value, or row `index` of a value of higher rank (a
+    negative index counts from the end). Like `lookup`'s, the index is per-node data, so
+    picks of different elements batch.
 
     >>> hb.pick(hb.array([0.5, 1.5, 2.5]), 1).item()
     1.5

@@ -269,10 +269,9 @@ def _split_dims(rng):
 
 spec("slice_range", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
      lambda xs, d, a: xs[0][d["i"]:d["j"]], lambda xs, d, a: xs[0][d["i"]:d["j"]])
-spec("slice_elem", "pick", _slice_dims, [(lambda d: (d["n"],), "any")],      # x[i] of a vector is pick
-     lambda xs, d, a: xs[0][d["i"]], lambda xs, d, a: xs[0][d["i"]])
-spec("slice_elem_negative", "pick", _slice_dims, [(lambda d: (d["n"],), "any")],
-     lambda xs, d, a: xs[0][-d["i"] - 1], lambda xs, d, a: xs[0][-d["i"] - 1])
+# one int index is pick (lookup on a Parameter, the specs of both below); as a tuple it is a slice
+spec("slice_elem", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.slice(xs[0], (d["i"],)), lambda xs, d, a: xs[0][d["i"]])
 spec("slice_negative", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
      lambda xs, d, a: xs[0][-1, -d["i"] - 1:], lambda xs, d, a: xs[0][-1, -d["i"] - 1:])
 spec("slice_step", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
@@ -282,7 +281,7 @@ spec("slice_reverse", "slice", _slice_dims, [(lambda d: (d["n"],), "any")],
 spec("slice_reverse_to_start", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
      lambda xs, d, a: xs[0][:, d["j"] - 1::-2], lambda xs, d, a: xs[0][:, d["j"] - 1::-2])
 spec("slice_row", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
-     lambda xs, d, a: xs[0][d["r"]], lambda xs, d, a: xs[0][d["r"]])
+     lambda xs, d, a: hb.slice(xs[0], (d["r"],)), lambda xs, d, a: xs[0][d["r"]])
 spec("slice_2d", "slice", _slice_dims, [(lambda d: (d["m"], d["n"]), "any")],
      lambda xs, d, a: hb.slice(xs[0], (slice(None), slice(d["i"], d["j"]))),
      lambda xs, d, a: xs[0][:, d["i"]:d["j"]])
@@ -340,6 +339,15 @@ spec("lookup_3d", "lookup", _idx_dims, [(lambda d: (d["rows"], d["m"], d["n"]), 
 spec("pick", "pick", _idx_dims, [(lambda d: (d["n"],), "any")],
      lambda xs, d, a: hb.pick(xs[0], a), lambda xs, d, a: xs[0][a],
      aux=lambda rng, d: rint(rng, 0, d["n"] - 1))
+spec("pick_negative", "pick", _idx_dims, [(lambda d: (d["n"],), "any")],
+     lambda xs, d, a: hb.pick(xs[0], a - d["n"]), lambda xs, d, a: xs[0][a - d["n"]],
+     aux=lambda rng, d: rint(rng, 0, d["n"] - 1))
+spec("pick_row", "pick", _idx_dims, [(lambda d: (d["rows"], d["n"]), "any")],
+     lambda xs, d, a: hb.pick(xs[0], a), lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["rows"] - 1))
+spec("index_of_a_parameter", "lookup", _idx_dims, [(lambda d: (d["rows"], d["n"]), "table")],
+     lambda xs, d, a: xs[0][a - d["rows"]], lambda xs, d, a: xs[0][a],
+     aux=lambda rng, d: rint(rng, 0, d["rows"] - 1))
 spec("log_softmax_vec", "log_softmax", _idx_dims, [(lambda d: (d["n"],), "any")],
      lambda xs, d, a: hb.log_softmax(xs[0]), lambda xs, d, a: log_softmax_np(xs[0]))
 spec("log_softmax_mat", "log_softmax", _idx_dims, [(lambda d: (d["m"], d["n"]), "any")],

@@ -228,12 +228,44 @@ def test_an_int_index_of_a_vector_is_per_node_data_in_and_out_of_blocks(granular
     np.testing.assert_allclose(eager.item(), 2 * by_numpy, rtol=1e-5)
 
 
-def test_a_block_int_argument_indexing_a_matrix_says_what_to_do():
+@pytest.mark.parametrize("granularity", ["block", "op"])
+def test_an_int_index_of_a_matrix_picks_its_row_and_of_a_parameter_looks_it_up(granularity):
+    """m[i] of a value of rank 2 (a block's int argument too) and W[i] of a Parameter batch
+    across i, with eager's values and gradients (W's as rows, as hb.lookup's)."""
     class Row(hb.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.table = hb.Parameter("table", (4, 3), rng=np.random.default_rng(1))
+
         def forward(self, m, i):
-            return m[i]
+            return hb.sum(hb.tanh(m)[i] * self.table[i])
 
     block = Row()
     block.hybridize()
-    with pytest.raises(TypeError, match=r"indexes a vector's element here \(as hb.pick\), not a value of shape \(2, 3\)"):
-        block(np.ones((2, 3), np.float32), 1)
+    rng = np.random.default_rng(0)
+    ms = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(6)]
+    rows = [0, 3, 1, 2, 1, 3]      # a block's argument indexing a Parameter must be >= 0, as hb.lookup's
+
+    def loss():
+        return hb.add_n([block(m, i) for m, i in zip(ms, rows)] + [hb.sum(block.table[i - 4]) for i in rows])
+
+    eager = loss()
+    eager.backward()
+    want = block.table.grad.copy()
+    block.table.zero_grad()
+    with hb.batching(granularity=granularity) as scope:
+        batched = loss()
+    batched.backward()
+    assert "slice" not in str(scope.explain())
+    np.testing.assert_allclose(batched.item(), eager.item(), rtol=1e-6)
+    np.testing.assert_allclose(block.table.grad, want, rtol=1e-5, atol=1e-7)
+    by_numpy = sum(float(np.sum(np.tanh(m)[i] * block.table.data[i])) + float(np.sum(block.table.data[i - 4]))
+                   for m, i in zip(ms, rows))
+    np.testing.assert_allclose(eager.item(), by_numpy, rtol=1e-5)
+
+
+def test_builtin_abs_records_hb_abs():
+    for x in _handles():
+        got = abs(-1.0 * x)
+        assert not isinstance(got, np.ndarray)
+        np.testing.assert_array_equal(got.asnumpy(), np.abs(np.asarray(x)))

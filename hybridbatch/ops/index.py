@@ -56,19 +56,21 @@ def _vector(name, shapes, dtypes):
 
 @register
 class Pick(Op):
-    """Element `aux` of a vector; a negative aux counts from the end, as numpy's index (and
-    the kernels' fancy indexing) reads it. A label (pick_neg_log_softmax) stays >= 0."""
+    """Element `aux` of a vector, or row `aux` (along the first axis) of a value of higher
+    rank; a negative aux counts from the end, as numpy's index (and the kernels' fancy
+    indexing) reads it. A label (pick_neg_log_softmax) stays >= 0."""
     name = "pick"
     zero_exact = True
     uses_aux = True
 
     def infer(self, attrs, shapes, dtypes):
-        return _vector(self.name, shapes, dtypes)
+        check(len(shapes[0]) >= 1, self.name, shapes, "needs a value with at least one axis")
+        return shapes[0][1:], dtypes[0]
 
     def check_aux(self, sig, aux):
         n = sig.in_shapes[0][0]
         if not -n <= aux < n:
-            raise IndexError(f"{self.name}: index {aux} out of range for a vector of length {n}")
+            raise IndexError(f"{self.name}: index {aux} out of range for an axis of length {n}")
 
     def aux_limit(self, sig):
         return sig.in_shapes[0][0]

@@ -1,4 +1,4 @@
-"""Python operators (+ - * / ** @, unary -, indexing, .T) for every value handle.
+"""Python operators (+ - * / ** @, unary -, abs(), indexing, .T) for every value handle.
 
 Installed onto Future, Tensor and Parameter by the api module, so `W @ h + b` reads the
 same inside and outside a batching scope.
@@ -28,6 +28,7 @@ def install(cls, api, named=False):
     cls.__pow__ = api.pow
     cls.__rpow__ = reflected(api.pow)
     cls.__neg__ = lambda self: api.mul(self, -1)
+    cls.__abs__ = lambda self: api.abs(self)      # hb.abs is made after install runs
     cls.T = property(api.transpose)
     cls.__getitem__ = lambda self, key: api.slice(self, key)
     cls.__iter__ = _iterate
