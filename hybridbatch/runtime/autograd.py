@@ -17,7 +17,7 @@ from ..kernels import blas
 from ..ops import ColumnGrad, OuterGrad, RowGrad
 from ..train.parameter import by_id
 from . import memory, profile
-from .plan import MIXED
+from .plan import MIXED, looked_up_inside
 from ..record import signature
 
 
@@ -33,7 +33,7 @@ def _mark_ancestors(mark, read, start, arg_ptr, args, extra_output, sig, n_out, 
             off = use_off[sig[v]]
             k = arg_ptr[v + 1] - arg_ptr[v]
             for i in range(k):
-                if (inside[v] >> i) & 1:
+                if looked_up_inside(inside, v, i):
                     continue
                 if off >= 0 and not _input_used(read, mark, start + v, n_out[sig[v]], use, off, k, i):
                     continue

@@ -159,6 +159,17 @@ def _depths(earlier, start, arg_ptr, args, is_input, passes_on):
     return depth
 
 
+INSIDE_BITS = 63    # operand positions a per-node `inside` mask (int64) can mark: 0..62
+
+
+@njit(inline="always")
+def looked_up_inside(inside, v, j):
+    """Whether node v's operand j is looked up inside its batch (bit j of inside[v]). Only
+    positions below INSIDE_BITS are ever folded: a shift by 64 or more is undefined in the
+    compiled code, and a node may have hundreds of operands (a concat, a block's *args)."""
+    return j < INSIDE_BITS and (inside[v] >> j) & 1 == 1
+
+
 @njit(cache=True)
 def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragged, inside):
     """For each (batch, operand position): how to gather the operand rows of the batch. A
@@ -177,7 +188,7 @@ def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragg
         else:
             k = 0
             for j in range(arg_ptr[v0 + 1] - arg_ptr[v0]):
-                k += not (inside[v0] >> j) & 1
+                k += not looked_up_inside(inside, v0, j)
             g_ptr[b + 1] = g_ptr[b] + k
             total += k * (bptr[b + 1] - bptr[b])
     ng = g_ptr[nb]
@@ -196,7 +207,7 @@ def _gather_specs(order, bptr, arg_ptr, args, loc_arena, loc_row, is_const, ragg
             continue
         g = g_ptr[b]
         for j in range(arg_ptr[order[lo] + 1] - arg_ptr[order[lo]]):
-            if (inside[order[lo]] >> j) & 1:
+            if looked_up_inside(inside, order[lo], j):
                 continue
             off[g] = p
             g += 1
@@ -402,7 +413,7 @@ class Plan:
         args_local = self.view.args
         for b, i, s in zip(*(a.tolist() for a in _read_lookups(
                 self.order, self.bptr, sig_local, self.arg_ptr, args_local, lookup, ragged))):
-            if b in self.folded:
+            if b in self.folded or i >= INSIDE_BITS:
                 continue
             recorded = signature.SIGS[self.batch_sig[b]]
             sig = recorded.op.with_input_looked_up(recorded, i, sigs[s])
