@@ -375,10 +375,10 @@ def test_block_called_without_arguments_agrees():
 def test_auto_choice_measures_both_modes_of_a_candidate_and_keeps_the_cheaper():
     from hybridbatch.hybrid.granularity import REVISIT, WHOLE_SAMPLES, AutoChoice
 
-    def feed(choice, whole, inline, poorly=True):
+    def feed(choice, whole, inline, poorly=True, calls=10):
         """Give the choice one flush's cost in its current mode; returns the mode run."""
         ran = choice.inline
-        choice.observe(inline if choice.inline else whole, poorly)
+        choice.observe(inline if choice.inline else whole, calls, poorly)
         return ran
 
     cheap_inline = AutoChoice()
@@ -392,6 +392,27 @@ def test_auto_choice_measures_both_modes_of_a_candidate_and_keeps_the_cheaper():
     # the data drifts after the choice: the revisit measures the other mode again and switches
     runs = [feed(cheap_whole, whole=3.0, inline=1.0) for _ in range(REVISIT + 3)]
     assert runs.index(True) == REVISIT and all(runs[REVISIT:]) and cheap_whole.inline
+
+
+def test_auto_choice_compares_flushes_of_alike_sizes_only():
+    """Minibatches of 2, 2 and 128 calls: whole is cheaper at each size, but a 2-call flush
+    whole costs more per call than a 128-call one inlined. Only alike sizes are compared,
+    so the block stays whole, trying inlined now and then."""
+    from hybridbatch.hybrid.granularity import AutoChoice
+    per_call = {(False, 2): 28.8, (False, 128): 5.0, (True, 2): 40.0, (True, 128): 16.4}
+    choice = AutoChoice()
+    ran = []
+    for k in range(60):
+        calls = (2, 2, 128)[k % 3]
+        ran.append(choice.inline)
+        choice.observe(per_call[choice.inline, calls], calls, True)
+    assert not choice.inline and sum(ran) <= 4
+    cheap_inline = {key: (v / 4 if key[0] else v) for key, v in per_call.items()}
+    choice = AutoChoice()
+    for k in range(30):
+        calls = (2, 2, 128)[k % 3]
+        choice.observe(cheap_inline[choice.inline, calls], calls, True)
+    assert choice.inline
 
 
 def test_auto_granularity_tries_inlining_only_blocks_that_batch_poorly():
@@ -428,7 +449,7 @@ def test_auto_granularity_tries_inlining_only_blocks_that_batch_poorly():
     assert nodes[WHOLE_SAMPLES] > nodes[0]          # the trial recorded the child-sum calls' ops
     measured = child_sum.auto_choice.costs
     assert len(measured[False]) == WHOLE_SAMPLES and len(measured[True]) == 1
-    assert child_sum.auto_inline == (min(measured[True]) < min(measured[False]))
+    assert child_sum.auto_inline == (min(c for _, c in measured[True]) < min(c for _, c in measured[False]))
     assert not lstm.auto_inline and not lstm.auto_choice.costs[True]
 
 

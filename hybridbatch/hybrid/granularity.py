@@ -15,9 +15,14 @@ since the previous flush (or since the scope opened, or since a backward) plus s
 and execution, divided by the block's calls in it. After
 `WHOLE_SAMPLES` flushes whole (the first pays the tracing), one flush runs it inlined, and
 the cheaper mode per call is kept: the smallest recent sample of each, as a shared
-machine's noise only ever adds time. Every `REVISIT` flushes one flush runs the other mode
-again, so the choice follows the data when its shapes drift. The choice lives on the block
-(`block.auto_inline`) and applies from its next call on, in this scope and later ones.
+machine's noise only ever adds time. A flush's cost per call falls as its calls grow (its
+fixed costs spread), so only flushes of alike sizes are compared: calls within a factor
+of `ALIKE`. Where the trial's size has no alike flush of the other mode, the block goes
+back to that mode and tries again `RETRY` flushes later (minibatches of 2, 2 and 128 calls
+had compared 2-call flushes whole with a 128-call one inlined, and kept the slower mode).
+Every `REVISIT` flushes one flush runs the other mode again, so the choice follows the
+data when its shapes drift. The choice lives on the block (`block.auto_inline`) and
+applies from its next call on, in this scope and later ones.
 """
 import statistics
 
@@ -29,6 +34,8 @@ WHOLE_SAMPLES = 2   # flushes measured whole before the first inlined one
 SMALL_SHARE = 8     # a candidate has at least 1 in SMALL_SHARE of its calls in small batches
 KEEP = 4            # recent per-call costs kept per mode
 REVISIT = 200       # flushes after a choice before the other mode is measured again
+ALIKE = 2           # flushes compared have calls within this factor of each other
+RETRY = 3           # flushes before another trial, where the last had nothing alike to compare
 
 
 class AutoChoice:
@@ -39,26 +46,31 @@ class AutoChoice:
     def __init__(self):
         self.inline = False
         self.candidate = False
-        self.costs = {False: [], True: []}    # seconds per call of recent flushes, per mode
+        self.costs = {False: [], True: []}    # (calls, seconds per call) of recent flushes, per mode
         self.since = 0                        # flushes since the mode was last chosen
         self.trial = False                    # the current mode is on trial for one flush
 
-    def observe(self, seconds_per_call, batches_poorly):
-        """Take one flush's cost per call in the current mode; returns whether to inline
-        from now on. batches_poorly: this flush ran the block whole in several signatures
-        with small batches (never true of an inlined flush)."""
+    def observe(self, seconds_per_call, calls, batches_poorly):
+        """Take one flush's cost per call (of `calls` calls) in the current mode; returns
+        whether to inline from now on. batches_poorly: this flush ran the block whole in
+        several signatures with small batches (never true of an inlined flush)."""
         mode = self.inline
         costs = self.costs[mode]
-        costs.append(seconds_per_call)
+        costs.append((calls, seconds_per_call))
         del costs[:-KEEP]
         self.candidate = self.candidate or batches_poorly
         if not self.candidate:
             return False
         other = self.costs[not mode]
-        if self.trial:                        # both modes measured: choose
+        if self.trial:                        # both modes measured: choose, from flushes alike in size
             self.trial = False
-            self.inline = min(self.costs[True]) < min(self.costs[False])
             self.since = 0
+            alike = [c for n, c in other if n <= ALIKE * calls and calls <= ALIKE * n]
+            if alike:
+                self.inline = mode if seconds_per_call < min(alike) else not mode
+            else:
+                self.inline = not mode
+                self.since = REVISIT - RETRY
         elif (not other and len(costs) >= WHOLE_SAMPLES) or self.since >= REVISIT:
             other.clear()                     # measure the other mode afresh, for one flush
             self.trial = True
@@ -87,18 +99,19 @@ def choose_granularity(plan, inlined_calls, seconds):
         calls = sum(sizes)
         poorly = (len(sigs) >= 2 and statistics.median(sizes) < small
                   and SMALL_SHARE * sum(s for s in sizes if s < small) >= calls)
-        _choose(block, seconds / calls, poorly)
+        _choose(block, seconds, calls, poorly)
     for block, n in inlined_calls.items():
-        _choose(block, seconds / n, False)
+        _choose(block, seconds, n, False)
 
 
-def _choose(block, seconds_per_call, poorly):
+def _choose(block, seconds, calls, poorly):
     """Give the block's AutoChoice one flush's cost; say at DEBUG when its mode changes."""
     choice = block.auto_choice
-    inline = choice.observe(seconds_per_call, poorly)
+    inline = choice.observe(seconds / calls, calls, poorly)
     if inline != block.auto_inline:
         object.__setattr__(block, "auto_inline", inline)
-        whole, inlined = (f"{min(c) * 1e6:.1f} us" if c else "not measured" for c in choice.costs.values())
+        whole, inlined = (f"{min(s for _, s in c) * 1e6:.1f} us" if c else "not measured"
+                          for c in choice.costs.values())
         log.debug("granularity auto: %s %s (a call whole %s, inlined %s)", type(block).__name__,
                   ("runs inlined for a trial flush" if choice.trial else "runs inlined") if inline else
                   ("runs whole for a trial flush" if choice.trial else "runs whole"), whole, inlined)
