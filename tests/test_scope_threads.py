@@ -121,3 +121,36 @@ def test_a_read_racing_a_recording_thread_never_breaks_its_scope(W):
         np.testing.assert_allclose(r, expected(W, inputs[0]), rtol=1e-6)
     got = np.stack([y.asnumpy() for y in results["all"]])
     np.testing.assert_allclose(got, np.tanh(np.stack(inputs) @ W.data.T), rtol=1e-5, atol=1e-6)
+
+
+def test_threads_meeting_a_new_type_at_once_all_read_its_entry():
+    """type_id had published a new id before its TYPES entry: a thread that found the id
+    without the lock read past the end of TYPES."""
+    import sys
+    from hybridbatch.record import signature
+    errors = []
+    barrier = threading.Barrier(6)
+
+    def work(first):
+        try:
+            for i in range(400):
+                if i % 25 == 0:
+                    barrier.wait(timeout=60)
+                shape = (first + i, 3)      # the same new shape in every thread at about one moment
+                if signature.TYPES[signature.type_id(shape, np.dtype(np.float32))][0] != shape:
+                    errors.append(("another type", shape))
+        except Exception as e:      # noqa: BLE001  (what a thread raised is the finding)
+            errors.append(repr(e))
+
+    first = 10_000 + len(signature.TYPES)      # shapes no other test made
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(first,)) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

@@ -21,14 +21,16 @@ SIGS: list = []           # signature id -> Signature
 
 
 def type_id(shape, dtype) -> int:
-    """Intern (shape, dtype) -> small int."""
+    """Intern (shape, dtype) -> small int. The id is published after its TYPES entry, so a
+    thread that finds it without the lock can read TYPES[id] at once."""
     key = (shape, dtype)
     tid = _type_ids.get(key)
     if tid is None:
         with _lock:
-            tid = _type_ids.setdefault(key, len(TYPES))
-            if tid == len(TYPES):
+            tid = _type_ids.get(key)
+            if tid is None:
                 TYPES.append((shape, np.dtype(dtype)))
+                tid = _type_ids[key] = len(TYPES) - 1
     return tid
 
 
