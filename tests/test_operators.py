@@ -27,18 +27,26 @@ def test_numpy_function_on_a_handle_raises_instead_of_detaching(ufunc):
             ufunc(x)
 
 
-def test_a_ufunc_on_a_handle_names_the_hb_op_and_an_in_place_array_operator_records():
-    """np.tanh(h) names hb.tanh; `acc += h` on an array rebinds acc to the recorded sum, as
-    Python's fallback to the handle's reflected operator does."""
+def test_a_ufunc_on_a_handle_names_the_hb_op_and_an_array_updated_in_place_is_refused():
+    """np.tanh(h) names hb.tanh, np.abs(h) hb.abs; `acc += h` and `acc[0] += h` would store
+    h's numbers into the array, its gradient lost; `array == Parameter` is False, by identity."""
     for x in _handles():
-        with pytest.raises(TypeError, match=rf"numpy's tanh on a {type(x).__name__} would .*use hb\.tanh"):
+        name = type(x).__name__
+        with pytest.raises(TypeError, match=rf"numpy's tanh on a {name} would .*use hb\.tanh"):
             np.tanh(x)
+        with pytest.raises(TypeError, match=r"numpy's absolute .*use hb\.abs"):
+            np.abs(x)
         with pytest.raises(TypeError, match=r"numpy's add\.reduce .*use the hb op"):
             np.add.reduce(x)
-        acc = np.ones(3, np.float32)
-        acc += x
-        assert not isinstance(acc, np.ndarray)
-        np.testing.assert_array_equal(acc.asnumpy(), 1 + np.asarray(x))
+        acc = np.ones((2, 3), np.float32)
+        with pytest.raises(TypeError, match=r"updated in place .* write acc = acc \+ h"):
+            acc[0] += x
+        row = np.ones(3, np.float32)
+        with pytest.raises(TypeError, match=r"updated in place"):
+            row += x
+        np.testing.assert_array_equal((row + x).asnumpy(), 1 + np.asarray(x))
+        if isinstance(x, hb.Parameter):
+            assert (row == x) is False and (row != x) is True and x in [row, x]
 
 
 def test_numpy_shape_functions_read_no_numbers_and_work():

@@ -64,19 +64,30 @@ def _numbers(other):
 _REFLECTED = {np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul__", np.true_divide: "__rtruediv__",
               np.matmul: "__rmatmul__", np.power: "__rpow__", np.equal: "__eq__", np.not_equal: "__ne__",
               np.less: "__gt__", np.less_equal: "__ge__", np.greater: "__lt__", np.greater_equal: "__le__"}
+_IDENTITY = {np.equal: False, np.not_equal: True}   # `array == Parameter`: Python's answer for unlike objects
+_HB_NAME = {"absolute": "abs", "multiply": "mul", "subtract": "sub", "true_divide": "div", "divide": "div",
+            "power": "pow", "negative": "mul(x, -1)"}
 
 
 def _ufunc_on_handle(value, ufunc, method, *inputs, **kwargs):
-    """A numpy ufunc given a handle. `array op value` (and `array op= value`, which rebinds
-    the name to the result as Python's fallback would) is the handle's reflected operator, so
-    the op is recorded; anything else (np.tanh(h)) raises, naming the hb op to use."""
+    """A numpy ufunc given a handle. `array op value` is the handle's reflected operator, so
+    the op is recorded; anything else raises, naming the hb op to use: np.tanh(h), and an
+    in-place `acc += h` or `acc[i] += h`, which would store the numbers into the array
+    (the gradient lost) where Python hands the result to a subscript."""
     reflected = _REFLECTED.get(ufunc)
-    if (reflected is not None and method == "__call__" and len(inputs) == 2 and inputs[1] is value
-            and inputs[0] is not value and (not kwargs or kwargs == {"out": (inputs[0],)})):
-        return getattr(value, reflected)(inputs[0])
+    if reflected is not None and method == "__call__" and len(inputs) == 2 and inputs[1] is value \
+            and inputs[0] is not value:
+        if kwargs.keys() == {"out"}:
+            raise TypeError(f"an array updated in place by a {type(value).__name__} (acc += h, acc[i] += h) would "
+                            f"hold its numbers and drop its gradient: write acc = acc + h, a new value")
+        if not kwargs:
+            result = getattr(value, reflected)(inputs[0])
+            return _IDENTITY[ufunc] if result is NotImplemented and ufunc in _IDENTITY else result
     from .. import api
     name = ufunc.__name__
-    use = f"hb.{name}" if method == "__call__" and hasattr(api, name) else "the hb op (hb.tanh, hb.sum, ...)"
+    hb_name = _HB_NAME.get(name, name)
+    use = f"hb.{hb_name}" if method == "__call__" and hasattr(api, hb_name.split("(")[0]) \
+        else "the hb op (hb.tanh, hb.sum, ...)"
     if method != "__call__":
         name += f".{method}"
     raise TypeError(f"numpy's {name} on a {type(value).__name__} would compute on its numbers and drop its "
