@@ -105,6 +105,16 @@ def test_a_tail_after_the_last_read_of_an_hb_map_instance_is_named_as_split_by_r
     assert scope.stats.forced_flushes == 3
 
 
+def test_a_split_is_named_by_the_flushes_its_own_signature_ran_in():
+    """A scope with hb.map rounds and plain reads: nodes split by the reads are said so."""
+    with hb.batching() as scope:
+        hb.map(lambda x: hb.tanh(hb.array(x)).asnumpy(), [np.ones(2, np.float32)] * 2)     # a map round
+        for i in range(2):
+            hb.exp(np.full(3, i, np.float32)).asnumpy()       # alone in flushes that reads forced
+    reasons = [s.reason for s in scope.explain().singles if s.description.startswith("exp")]
+    assert len(reasons) == 2 and all("flushes that reads forced" in r for r in reasons)
+
+
 def test_rows_gathered_by_index_are_counted():
     with hb.batching() as scope:
         hs = [hb.tanh(np.full(3, i, np.float32)) for i in range(4)]     # one batch

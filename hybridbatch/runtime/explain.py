@@ -116,10 +116,11 @@ def explain(scope):
     batches = defaultdict(list)      # recorded signature -> [(size, gathered, written, fwd s, bwd s)]
     singles = []
     in_scope = Counter()             # recorded signature -> its nodes in every flush
-    split = "map" if scope.map_round_plans else "read" if scope.forced_plans else "flush"
-    for plan in scope.plans:
+    flushes_of = defaultdict(set)    # recorded signature -> the flushes it ran in
+    for k, plan in enumerate(scope.plans):
         for s, size in zip(plan.batch_sig, plan.sizes):
             in_scope[s] += size
+            flushes_of[s].add(k)
     for k, plan in enumerate(scope.plans):
         recorded = plan.batch_sig
         nodes_of = Counter()
@@ -133,6 +134,8 @@ def explain(scope):
                                None if plan.backward_seconds is None else plan.backward_seconds[b]))
             if size == 1:
                 node = plan.start + int(plan.batch_nodes(b)[0])
+                split = ("map" if flushes_of[s] & scope.map_round_plans else
+                         "read" if flushes_of[s] & scope.forced_plans else "flush")
                 reason = _why_alone(sigs[s], nodes_of, batches_of, split, in_scope[s] - nodes_of[s])
                 line = scope.graph.origin[node] if scope.graph.origin is not None else scope.node_lines.get(node)
                 if line is not None:
@@ -167,12 +170,12 @@ def _seconds(per_batch):
 
 def _why_alone(sig, nodes_of, batches_of, split, elsewhere):
     """Why a node of `sig` ran alone, from its flush's counts per recorded signature, the
-    signature's nodes in the scope's other flushes, and what split the scope into flushes
+    signature's nodes in the scope's other flushes, and what split them across flushes
     ("map": hb.map rounds, "read": reads of pending values, "flush": explicit flushes)."""
     op = sig.op
     if not op.batchable:
         return f"{op.name} never batches: each node runs alone (write it with hb ops to batch it)"
-    if elsewhere:
+    if elsewhere and batches_of[sig.id] == 1:
         alone = f"the only such node in its flush, {elsewhere} more in other flushes"
         if split == "map":
             return (f"{alone}: each hb.map round's flush batches what its instances recorded since their "
