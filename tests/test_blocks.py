@@ -395,9 +395,9 @@ def test_auto_choice_measures_both_modes_of_a_candidate_and_keeps_the_cheaper():
 
 
 def test_auto_choice_compares_flushes_of_alike_sizes_only():
-    """Minibatches of 2, 2 and 128 calls: whole is cheaper at each size, but a 2-call flush
-    whole costs more per call than a 128-call one inlined. Only alike sizes are compared,
-    so the block stays whole, trying inlined now and then."""
+    """Minibatches of mixed sizes: whole is cheaper at each size, but a 2-call flush whole
+    costs more per call than a 128-call one inlined. Only alike sizes are compared, so the
+    block stays whole, trying inlined now and then."""
     from hybridbatch.hybrid.granularity import AutoChoice
     per_call = {(False, 2): 28.8, (False, 128): 5.0, (True, 2): 40.0, (True, 128): 16.4}
     choice = AutoChoice()
@@ -413,6 +413,14 @@ def test_auto_choice_compares_flushes_of_alike_sizes_only():
         calls = (2, 2, 128)[k % 3]
         choice.observe(cheap_inline[choice.inline, calls], calls, True)
     assert choice.inline
+    for pattern in ((128, 128, 128, 128, 2), (2, 2, 2, 2, 128)):      # an epoch's full minibatches and its tail
+        choice = AutoChoice()
+        ran = []
+        for k in range(400):
+            calls = pattern[k % 5]
+            ran.append(choice.inline)
+            choice.observe(per_call[choice.inline, calls], calls, True)
+        assert not choice.inline and sum(ran) <= 6, pattern
 
 
 def test_auto_granularity_tries_inlining_only_blocks_that_batch_poorly():
@@ -447,10 +455,10 @@ def test_auto_granularity_tries_inlining_only_blocks_that_batch_poorly():
         ref, _ = build()
         np.testing.assert_allclose(loss.asnumpy(), ref.asnumpy(), rtol=1e-5)   # exact either way
     assert nodes[WHOLE_SAMPLES] > nodes[0]          # the trial recorded the child-sum calls' ops
-    measured = child_sum.auto_choice.costs
-    assert len(measured[False]) == WHOLE_SAMPLES and len(measured[True]) == 1
-    assert child_sum.auto_inline == (min(c for _, c in measured[True]) < min(c for _, c in measured[False]))
-    assert not lstm.auto_inline and not lstm.auto_choice.costs[True]
+    whole, inlined = (child_sum.auto_choice.samples(mode) for mode in (False, True))
+    assert len(whole) == WHOLE_SAMPLES and len(inlined) == 1
+    assert child_sum.auto_inline == (min(c for _, c in inlined) < min(c for _, c in whole))
+    assert not lstm.auto_inline and not lstm.auto_choice.samples(True)
 
 
 def test_auto_granularity_leaves_whole_a_block_whose_calls_mostly_batch_well():
@@ -472,7 +480,7 @@ def test_auto_granularity_leaves_whole_a_block_whose_calls_mostly_batch_well():
             loss = build()
         assert scope.stats.batches == 1 + 3 + 2      # the leaves, a batch per arity, sums, add_n
         np.testing.assert_allclose(loss.asnumpy(), build().asnumpy(), rtol=1e-5)
-    assert not cell.auto_inline and not cell.auto_choice.costs[True]
+    assert not cell.auto_inline and not cell.auto_choice.samples(True)
 
 
 def test_parameters_lists_a_shared_parameter_once():

@@ -16,12 +16,12 @@ and execution, divided by the block's calls in it. After
 `WHOLE_SAMPLES` flushes whole (the first pays the tracing), one flush runs it inlined, and
 the cheaper mode per call is kept: the smallest recent sample of each, as a shared
 machine's noise only ever adds time. A flush's cost per call falls as its calls grow (its
-fixed costs spread), so only flushes of alike sizes are compared: calls within a factor
-of `ALIKE`. Where the trial's size has no alike flush of the other mode, the block goes
-back to that mode and tries again `RETRY` flushes later (minibatches of 2, 2 and 128 calls
-had compared 2-call flushes whole with a 128-call one inlined, and kept the slower mode).
-Every `REVISIT` flushes one flush runs the other mode again, so the choice follows the
-data when its shapes drift. The choice lives on the block (`block.auto_inline`) and
+fixed costs spread), so only flushes of alike sizes are compared (calls within a factor
+of `ALIKE`), and the recent costs are kept per size class (a power of two of calls), so
+that minibatches of mixed sizes keep a cost of each size. Where the trial's size has no
+alike flush of the other mode, the block goes back to that mode and tries again after
+`RETRY` more flushes. Every `REVISIT` flushes one flush runs the other mode again, so the
+choice follows the data when its shapes drift. The choice lives on the block (`block.auto_inline`) and
 applies from its next call on, in this scope and later ones.
 """
 import statistics
@@ -32,7 +32,7 @@ from ..record import signature
 
 WHOLE_SAMPLES = 2   # flushes measured whole before the first inlined one
 SMALL_SHARE = 8     # a candidate has at least 1 in SMALL_SHARE of its calls in small batches
-KEEP = 4            # recent per-call costs kept per mode
+KEEP = 4            # recent per-call costs kept per mode and size class
 REVISIT = 200       # flushes after a choice before the other mode is measured again
 ALIKE = 2           # flushes compared have calls within this factor of each other
 RETRY = 3           # flushes before another trial, where the last had nothing alike to compare
@@ -46,7 +46,7 @@ class AutoChoice:
     def __init__(self):
         self.inline = False
         self.candidate = False
-        self.costs = {False: [], True: []}    # (calls, seconds per call) of recent flushes, per mode
+        self.costs = {False: {}, True: {}}    # per mode: size class -> recent (calls, seconds per call)
         self.since = 0                        # flushes since the mode was last chosen
         self.trial = False                    # the current mode is on trial for one flush
 
@@ -55,7 +55,7 @@ class AutoChoice:
         whether to inline from now on. batches_poorly: this flush ran the block whole in
         several signatures with small batches (never true of an inlined flush)."""
         mode = self.inline
-        costs = self.costs[mode]
+        costs = self.costs[mode].setdefault(calls.bit_length(), [])
         costs.append((calls, seconds_per_call))
         del costs[:-KEEP]
         self.candidate = self.candidate or batches_poorly
@@ -65,19 +65,24 @@ class AutoChoice:
         if self.trial:                        # both modes measured: choose, from flushes alike in size
             self.trial = False
             self.since = 0
-            alike = [c for n, c in other if n <= ALIKE * calls and calls <= ALIKE * n]
+            alike = [c for size in (calls.bit_length() + d for d in (-1, 0, 1)) for n, c in other.get(size, ())
+                     if n <= ALIKE * calls and calls <= ALIKE * n]
             if alike:
                 self.inline = mode if seconds_per_call < min(alike) else not mode
             else:
                 self.inline = not mode
                 self.since = REVISIT - RETRY
-        elif (not other and len(costs) >= WHOLE_SAMPLES) or self.since >= REVISIT:
+        elif (not other and len(self.samples(mode)) >= WHOLE_SAMPLES) or self.since >= REVISIT:
             other.clear()                     # measure the other mode afresh, for one flush
             self.trial = True
             self.inline = not mode
         else:
             self.since += 1
         return self.inline
+
+    def samples(self, mode):
+        """Mode `mode`'s kept (calls, seconds per call), every size class."""
+        return [sample for kept in self.costs[mode].values() for sample in kept]
 
 
 def choose_granularity(plan, inlined_calls, seconds):
@@ -111,7 +116,7 @@ def _choose(block, seconds, calls, poorly):
     if inline != block.auto_inline:
         object.__setattr__(block, "auto_inline", inline)
         whole, inlined = (f"{min(s for _, s in c) * 1e6:.1f} us" if c else "not measured"
-                          for c in choice.costs.values())
+                          for c in (choice.samples(False), choice.samples(True)))
         log.debug("granularity auto: %s %s (a call whole %s, inlined %s)", type(block).__name__,
                   ("runs inlined for a trial flush" if choice.trial else "runs inlined") if inline else
                   ("runs whole for a trial flush" if choice.trial else "runs whole"), whole, inlined)
