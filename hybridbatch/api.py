@@ -92,13 +92,14 @@ def _exact(v):
     return int(v) if isinstance(v, (int, np.integer)) else float(v)
 
 
-def _scalar_affine(x, a, c):
+def _scalar_affine(x, a, c, wraps=False):
     """a * x + c for Python numbers a, c. Recorded in a scope (outside a traced forward) on
     a float operand, the numbers are the node's data, so calls with different numbers batch
     (ops/elementwise.py: packed into its integer for float32 and float16, ScalarAffinePacked;
     an operand otherwise, ScalarAffineOperand); elsewhere they are the op's attributes,
-    baked into a trace's kernels. On unsigned values a negative integer wraps around as
-    numpy's -x, x - 1 and 3 - x do."""
+    baked into a trace's kernels. `wraps`: -x, x - n or n - x with n in an unsigned
+    dtype's range, which numpy computes modulo 2 ** bits; elsewhere a negative number on
+    unsigned values is refused, as numpy refuses x * -1."""
     a, c = _exact(a), _exact(c)
     scope = _local.scope
     dtype = getattr(x, "dtype", None)
@@ -109,17 +110,17 @@ def _scalar_affine(x, a, c):
         if packed is not None:
             return scope.record(E.ScalarAffinePacked, (x,), (), packed)
         return scope.record(E.ScalarAffineOperand, (x, scope.owned_constant(np.array([a, c], dtype=dtype))))
-    if kind == "u":
-        a, c = _wrapped(a, dtype), _wrapped(c, dtype)
+    if wraps and kind == "u" and a.__class__ is int and c.__class__ is int:
+        modulus = int(np.iinfo(dtype).max) + 1
+        number = -c if a == 1 else c            # the user's n of x - n, n - x (0 for -x)
+        if 0 <= number < modulus:
+            a, c = a % modulus, c % modulus
     return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(a, c))
 
 
-def _wrapped(v, dtype):
-    """A negative integer that an unsigned dtype holds modulo 2 ** bits, as that residue
-    (-1 in uint8: 255); anything else as it is (an out-of-range number is refused later)."""
-    if v.__class__ is int and v < 0 and v >= -(int(np.iinfo(dtype).max) + 1):
-        return v + int(np.iinfo(dtype).max) + 1
-    return v
+def _negative(x):
+    """-x (what unary minus calls): unsigned values wrap around, as numpy's."""
+    return _scalar_affine(x, -1, 0, wraps=True)
 
 
 def add(a, b):
@@ -150,9 +151,9 @@ def sub(a, b):
     """
     if a.__class__ is not Future or b.__class__ is not Future:    # two values skip the number tests
         if isinstance(b, _Number):       # negated as a Python number: -np.uint8(3) wraps to 253
-            return _scalar_affine(a, 1, -_exact(b))
+            return _scalar_affine(a, 1, -_exact(b), wraps=True)
         if isinstance(a, _Number):
-            return _scalar_affine(b, -1, a)
+            return _scalar_affine(b, -1, a, wraps=True)
     return apply(E.Sub, (a, b))
 
 

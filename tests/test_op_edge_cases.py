@@ -275,9 +275,12 @@ def test_the_fused_derivative_of_w_to_the_power_zero_is_zero_at_zero():
 @pytest.mark.parametrize("fn", [lambda x: -x, lambda x: x - 1, lambda x: 3 - x, lambda x: x * 2, lambda x: x + 250],
                          ids=["neg", "minus_one", "three_minus", "times_two", "plus_250"])
 def test_integer_scalars_wrap_unsigned_values_as_numpy(dtype, fn):
-    """-x, x - 1 and 3 - x of unsigned values wrap around in numpy; they were refused."""
+    """-x, x - 1 and 3 - x of unsigned values wrap around, as numpy's."""
     _assert_like_numpy(fn, fn, [(np.array([0, 3, 200]).astype(dtype),), (np.array([1, 255, 7]).astype(dtype),)])
 
 
-def test_an_integer_scalar_out_of_an_unsigned_range_is_refused():
-    _raises_at_the_call(lambda x: x + 300, (np.array([1, 2], np.uint8),), match="fit in uint8")
+@pytest.mark.parametrize("fn", [lambda x: x + 300, lambda x: x - 256, lambda x: x * -1, lambda x: x + -1],
+                         ids=["plus_300", "minus_256", "times_minus_one", "plus_minus_one"])
+def test_an_integer_scalar_out_of_an_unsigned_range_is_refused(fn):
+    """As numpy refuses a Python int its dtype cannot hold (it wraps only -x, x - n, n - x)."""
+    _raises_at_the_call(fn, (np.array([1, 2], np.uint8),), match="fit in uint8")
