@@ -1,6 +1,6 @@
 """Nodes with many operands (a concat of a long list, a block taking *args): the flush's
-per-node masks of operand positions hold 63 bits, and positions past them must neither be
-misread nor folded (a concat of 68 values once corrupted memory)."""
+per-node masks of operand positions hold 63 bits, and positions past them are neither
+misread nor folded."""
 import numpy as np
 import pytest
 

@@ -208,7 +208,7 @@ def test_max_shares_the_gradient_among_ties_and_where_gives_cond_none(mode):
 @pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.int64, np.bool_])
 @pytest.mark.parametrize("part", [0, 1], ids=["values", "indices"])
 def test_topk_of_integers_orders_where_negating_would_wrap(dtype, part):
-    """topk sorted by -x: unsigned values and the signed minimum wrapped around there."""
+    """Descending order where negating would wrap: unsigned values, the signed minimum."""
     info = np.iinfo(dtype) if dtype is not np.bool_ else None
     low = info.min if info else False
     high = info.max if info else True
@@ -227,7 +227,8 @@ def test_topk_of_integers_orders_where_negating_would_wrap(dtype, part):
 
 @pytest.mark.parametrize("mode", ["eager", "block", "op"])
 def test_the_derivative_of_x_to_the_power_zero_is_zero_at_zero(mode):
-    """x ** 0 is 1 everywhere: its derivative was 0 * 0 ** -1, NaN at x = 0 (both powers)."""
+    """x ** 0 is 1 everywhere, so its derivative is 0, at x = 0 too (not 0 * 0 ** -1), for
+    both powers."""
     x = hb.Parameter("x", (3,), dtype=np.float64, init="zeros")
     x.data = np.array([0.0, 2.0, -1.0])
     zero = hb.Parameter("zero", (3,), dtype=np.float64, init="zeros")

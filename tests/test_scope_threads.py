@@ -124,8 +124,7 @@ def test_a_read_racing_a_recording_thread_never_breaks_its_scope(W):
 
 
 def test_threads_meeting_a_new_type_at_once_all_read_its_entry():
-    """type_id had published a new id before its TYPES entry: a thread that found the id
-    without the lock read past the end of TYPES."""
+    """A thread that finds a new type's id without the lock can read its TYPES entry."""
     import sys
     from hybridbatch.record import signature
     errors = []

@@ -74,8 +74,9 @@ class Op:
         """Validate a node's integer datum at record time (raise IndexError/ValueError)."""
 
     def aux_limit(self, sig):
-        """n when the valid integers are exactly 0 <= v < n (block calls then check them
-        inline and call check_aux only for its message), else None."""
+        """n when 0 <= v < n are valid integers (recording and block calls check that bound
+        inline and call check_aux for any other v, which may accept it: pick's negative
+        indices), else None."""
         return None
 
     def forward(self, xp, sig, xs, aux):

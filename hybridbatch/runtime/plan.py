@@ -166,7 +166,9 @@ INSIDE_BITS = 63    # operand positions a per-node `inside` mask (int64) can mar
 def looked_up_inside(inside, v, j):
     """Whether node v's operand j is looked up inside its batch (bit j of inside[v]). Only
     positions below INSIDE_BITS are ever folded: a shift by 64 or more is undefined in the
-    compiled code, and a node may have hundreds of operands (a concat, a block's *args)."""
+    compiled code, and a node may have hundreds of operands (a concat, a block's *args).
+    Inlined into cached kernels here and in autograd.py: after a change, clear both files'
+    numba caches (numba keys a kernel on its own file only)."""
     return j < INSIDE_BITS and (inside[v] >> j) & 1 == 1
 
 

@@ -13,6 +13,8 @@ import threading
 import time
 from collections import defaultdict
 
+import numpy as np
+
 from ..record import signature
 
 _active = None      # the Profile being filled, or None
@@ -40,7 +42,7 @@ class Profile:
     """
 
     def __init__(self, max_events=1_000_000):
-        if max_events.__class__ is not int or max_events < 0:
+        if not isinstance(max_events, (int, np.integer)) or isinstance(max_events, bool) or max_events < 0:
             raise ValueError(f"max_events must be an int >= 0, not {max_events!r}")
         self.max_events = max_events
         self.events = []                   # (name, category, start, seconds, args)
