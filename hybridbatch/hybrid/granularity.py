@@ -21,8 +21,8 @@ of `ALIKE`), and the recent costs are kept per size class (a power of two of cal
 that minibatches of mixed sizes keep a cost of each size. Where the trial's size has no
 alike flush of the other mode, the block goes back to that mode and tries again after
 `RETRY` more flushes. Every `REVISIT` flushes one flush runs the other mode again, so the
-choice follows the data when its shapes drift. The choice lives on the block (`block.auto_inline`) and
-applies from its next call on, in this scope and later ones.
+choice follows the data when its shapes drift. The choice lives on the block
+(`block.auto_inline`) and applies from its next call on, in this scope and later ones.
 """
 import statistics
 
