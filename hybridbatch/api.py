@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from .errors import ShapeError
 from .record.eager import Tensor, constant as _eager_constant, apply as _eager_apply
 from .record.future import Future
 from .ops import (OPS, elementwise as E, linalg as L, shape as S, reduce as R, softmax as SM, lists as LS, index as I,
@@ -97,9 +98,11 @@ def _scalar_affine(x, a, c, wraps=False):
     a float operand, the numbers are the node's data, so calls with different numbers batch
     (ops/elementwise.py: packed into its integer for float32 and float16, ScalarAffinePacked;
     an operand otherwise, ScalarAffineOperand); elsewhere they are the op's attributes,
-    baked into a trace's kernels. `wraps`: -x, x - n or n - x with n in an unsigned
-    dtype's range, which numpy computes modulo 2 ** bits; elsewhere a negative number on
-    unsigned values is refused, as numpy refuses x * -1."""
+    baked into a trace's kernels. `wraps`: -x, x - n or n - x on integers, which numpy
+    computes modulo 2 ** bits when n fits the dtype (and refuses otherwise): a and c are
+    taken into the dtype's range modulo 2 ** bits, so -x of uint8 is 255 * x and x - (-128)
+    of int8 is x + -128. Elsewhere a number the dtype cannot hold is refused by the op, as
+    numpy refuses x * -1 on unsigned values."""
     a, c = _exact(a), _exact(c)
     scope = _local.scope
     dtype = getattr(x, "dtype", None)
@@ -110,11 +113,13 @@ def _scalar_affine(x, a, c, wraps=False):
         if packed is not None:
             return scope.record(E.ScalarAffinePacked, (x,), (), packed)
         return scope.record(E.ScalarAffineOperand, (x, scope.owned_constant(np.array([a, c], dtype=dtype))))
-    if wraps and kind == "u" and a.__class__ is int and c.__class__ is int:
-        modulus = int(np.iinfo(dtype).max) + 1
+    if wraps and kind in "iu" and a.__class__ is int and c.__class__ is int:
+        low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
         number = -c if a == 1 else c            # the user's n of x - n, n - x (0 for -x)
-        if 0 <= number < modulus:
-            a, c = a % modulus, c % modulus
+        if not low <= number <= high:
+            raise ShapeError(f"scalar_affine: {number} does not fit in {dtype} (numpy refuses a Python integer "
+                             f"its dtype cannot hold)")
+        a, c = ((v - low) % (high - low + 1) + low for v in (a, c))
     return apply(E.ScalarAffine, (x,), E.ScalarAffine.attrs_of(a, c))
 
 

@@ -280,8 +280,15 @@ def test_integer_scalars_wrap_unsigned_values_as_numpy(dtype, fn):
     _assert_like_numpy(fn, fn, [(np.array([0, 3, 200]).astype(dtype),), (np.array([1, 255, 7]).astype(dtype),)])
 
 
-@pytest.mark.parametrize("fn", [lambda x: x + 300, lambda x: x - 256, lambda x: x * -1, lambda x: x + -1],
-                         ids=["plus_300", "minus_256", "times_minus_one", "plus_minus_one"])
+@pytest.mark.parametrize("fn", [lambda x: x - (-128), lambda x: -x, lambda x: 100 - x, lambda x: x - 127],
+                         ids=["minus_minimum", "neg", "hundred_minus", "minus_maximum"])
+def test_integer_scalars_wrap_signed_values_as_numpy(fn):
+    _assert_like_numpy(fn, fn, [(np.array([0, 3, -128, 127]).astype(np.int8),)])
+
+
+@pytest.mark.parametrize("fn", [lambda x: x + 300, lambda x: x - 256, lambda x: x * -1, lambda x: x + -1,
+                                lambda x: x - (-1)],
+                         ids=["plus_300", "minus_256", "times_minus_one", "plus_minus_one", "minus_minus_one"])
 def test_an_integer_scalar_out_of_an_unsigned_range_is_refused(fn):
     """As numpy refuses a Python int its dtype cannot hold (it wraps only -x, x - n, n - x)."""
     _raises_at_the_call(fn, (np.array([1, 2], np.uint8),), match="fit in uint8")
