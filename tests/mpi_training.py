@@ -22,10 +22,10 @@ VOCAB, DIM, CLASSES, INSTANCES = 40, 6, 3, 640
 class Output(hb.HybridBlock):
     """The logits of a bag of words' summed embedding."""
 
-    def __init__(self, rng):
+    def __init__(self, rng, dtype):
         super().__init__()
-        self.W = hb.Parameter("W", (CLASSES, DIM), rng=rng)
-        self.b = hb.Parameter("b", (CLASSES,), init="zeros")
+        self.W = hb.Parameter("W", (CLASSES, DIM), rng=rng, dtype=dtype)
+        self.b = hb.Parameter("b", (CLASSES,), init="zeros", dtype=dtype)
         self.hybridize()
 
     def forward(self, h):
@@ -42,12 +42,23 @@ def main():
     ap.add_argument("--fail-at", type=int, help="rank 1 fails at this step: raises, or hangs (--hang)")
     ap.add_argument("--hang", action="store_true")
     ap.add_argument("--timeout", type=float, default=hb.distributed.DEFAULT_TIMEOUT)
+    ap.add_argument("--dtype", default="float32", help="the parameters' dtype")
+    ap.add_argument("--rank1-rows", type=int, help="rank 1's table rows, unlike the others' (an error)")
+    ap.add_argument("--masks", action="store_true", help="print whether the ranks' dropout masks differ, and stop")
     args = ap.parse_args()
 
     hb.distributed.init(timeout=args.timeout)
+    if args.masks:
+        hb.seed(5)
+        mask = hb.dropout(hb.array(np.ones(256, np.float32)), 0.5).asnumpy()
+        kept = hb.distributed.sum_over_ranks(mask > 0)      # per element: how many ranks kept it
+        if hb.distributed.is_root():
+            print("masks differ:", bool(((kept > 0) & (kept < hb.distributed.size())).any()))
+        return
     rng = np.random.default_rng(100 + hb.distributed.rank())
-    table = hb.Parameter("table", (VOCAB, DIM), init="uniform", rng=rng)
-    output = Output(rng)
+    rows = args.rank1_rows if args.rank1_rows and hb.distributed.rank() == 1 else VOCAB
+    table = hb.Parameter("table", (rows, DIM), init="uniform", rng=rng, dtype=np.dtype(args.dtype))
+    output = Output(rng, np.dtype(args.dtype))
     params = {"table": table, "W": output.W, "b": output.b}
     hb.distributed.broadcast_parameters(params)
     options = {"learning_rate": 0.5 if args.optimizer == "sgd" else 0.05}

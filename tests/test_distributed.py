@@ -80,3 +80,33 @@ def test_without_mpi4py_the_error_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "mpi4py", None)      # import fails as if not installed
     with pytest.raises(hb.distributed.DistributedError, match=r"pip install 'hybridbatch\[distributed\]'"):
         hb.distributed.init()
+
+
+@needs_mpi
+def test_ranks_draw_their_own_dropout_masks():
+    status, output, _ = _launch(2, "--masks")
+    assert status == 0 and "masks differ: True" in output, output
+    status, output, _ = _launch(1, "--masks")
+    assert status == 0 and "masks differ: False" in output, output
+
+
+@needs_mpi
+def test_parameters_unlike_rank_0s_are_named_on_every_rank():
+    status, output, seconds = _launch(2, "--rank1-rows", str(45), timeout=60)
+    assert status != 0 and seconds < 30, output
+    assert "rank 1's parameters differ from rank 0's: 'table' (45, 6) float32 where rank 0 has 'table' (40, 6)" \
+        in output, output
+
+
+@needs_mpi
+def test_two_ranks_train_float16_parameters_as_one(tmp_path):
+    outputs = {}
+    for ranks in (1, 2):
+        out = tmp_path / f"{ranks}.npz"
+        status, output, _ = _launch(ranks, "--dtype", "float16", "--steps", "6", "--out", str(out))
+        assert status == 0, output
+        with np.load(out) as archive:
+            outputs[ranks] = {name: archive[name] for name in archive.files}
+    for name, value in outputs[1].items():
+        assert value.dtype == np.float16
+        np.testing.assert_allclose(outputs[2][name], value, rtol=2e-2, atol=2e-3, err_msg=name)

@@ -30,6 +30,8 @@ def _mix(z):
 
 
 _stream = (0, itertools.count())    # (the seed mixed, the draw counter); hb.seed replaces both
+_seeded = 0                         # the last seed
+_rank = 0                           # this process's rank in an hb.distributed job (draw_apart)
 _thread = threading.local()         # .stream: the stream this thread draws from instead (use), or None
 
 
@@ -49,8 +51,19 @@ def seed(n):
     """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"seed must be an integer, not {type(n).__name__}")
-    global _stream
-    _stream = (_mix(int(n) & _MASK64), itertools.count())
+    global _stream, _seeded
+    _seeded = int(n)
+    _stream = (_mix((_seeded + _rank * _GOLDEN) & _MASK64), itertools.count())
+
+
+def draw_apart(rank):
+    """Give this process streams of its own in a job of several ranks (hb.distributed.init):
+    rank r draws what seed(n) draws mixed with r, so data-parallel ranks drop different
+    elements where they would all repeat one mask; rank 0 draws as one process does. The
+    stream restarts from the last seed."""
+    global _rank
+    _rank = int(rank)
+    seed(_seeded)
 
 
 def split(n):

@@ -13,7 +13,9 @@ of each minibatch, and the ranks sum their gradients before every Trainer step.
                 loss = hb.add_n([model(x) for x in mine[i:i + batch]])
                 loss.backward()
             trainer.step(hb.distributed.allreduce_gradients(params, len(mine[i:i + batch])))
+        total = hb.distributed.sum_over_ranks(loss.item())   # every rank calls a collective
         if hb.distributed.is_root():
+            print(epoch, total)
             trainer.save_states("states.npz")
 
 Each epoch, `shard` gives every rank its part of one shared random order; the parts of two
@@ -41,12 +43,14 @@ then prints which rank gave up and why and aborts the job. Work that rank 0 alon
 between steps (evaluation, checkpoints) must take less than that.
 """
 import io
+import json
 import sys
 import time
 
 import numpy as np
 
 from ..errors import HybridBatchError
+from ..ops import random
 from ..runtime import backend
 from .optim import _collect
 from .parameter_dict import read_npz
@@ -94,6 +98,7 @@ def init(timeout=DEFAULT_TIMEOUT):
         _world = _World(MPI, float(timeout))
         if _world.size > 1:
             sys.excepthook = _aborting(sys.excepthook)
+            random.draw_apart(_world.rank)      # each rank its own dropout masks
     _world.timeout = float(timeout)
 
 
@@ -165,13 +170,37 @@ def _broadcast_bytes(payload, what):
 
 def broadcast_parameters(params):
     """Set every rank's parameters to rank 0's (params: a list, dict or ParameterDict), so
-    that all ranks start from the same weights whatever their seeds."""
+    that all ranks start from the same weights whatever their seeds. First every rank checks
+    its parameters' names, shapes and dtypes against rank 0's, and all raise DistributedError
+    if any rank's differ (a table sized from one rank's own vocabulary, say): the steps after
+    would exchange gradients of unlike shapes. Values travel as bytes, so any dtype does."""
     items, _ = _collect(params)
+    if _joined().size > 1:
+        _check_layout(items)
     for p in items:
         value = np.ascontiguousarray(backend.to_numpy(p.data))
-        _broadcast_buffer(value, f"broadcast_parameters ({p.name!r})")
+        raw = value.reshape(-1).view(np.uint8)
+        _broadcast_buffer(raw, f"broadcast_parameters ({p.name!r})")
         if not is_root():
-            p.data = value
+            p.data = raw.view(value.dtype).reshape(value.shape)
+
+
+def _check_layout(items):
+    """DistributedError on every rank unless every rank's parameters match rank 0's names,
+    shapes and dtypes, in order."""
+    mine = [[p.name, list(p.shape), p.dtype.name] for p in items]
+    root = json.loads(_broadcast_bytes(json.dumps(mine).encode(), "broadcast_parameters (shapes)"))
+    differ = [f"{m[0]!r} {tuple(m[1])} {m[2]} where rank 0 has {r[0]!r} {tuple(r[1])} {r[2]}"
+              for m, r in zip(mine, root) if m != r]
+    if len(mine) != len(root):
+        differ.append(f"{len(mine)} parameters where rank 0 has {len(root)}")
+    flags = _gather_table(np.array([float(bool(differ))]), "broadcast_parameters (shapes)")[:, 0]
+    if differ:
+        raise DistributedError(f"rank {rank()}'s parameters differ from rank 0's: {'; '.join(differ[:5])} (make "
+                               f"every rank build the same model: sizes from shared data, not a rank's own part)")
+    if flags.any():
+        raise DistributedError(f"ranks {', '.join(str(r) for r in np.flatnonzero(flags))} have parameters unlike "
+                               f"rank 0's (their errors name them)")
 
 
 def broadcast_trainer(trainer):
@@ -236,7 +265,9 @@ def _allreduce_dense(params):
     total = 0
     for dtype in sorted({p.dtype for p in params}, key=str):
         group = [p for p in params if p.dtype == dtype]
-        buffer = np.concatenate([backend.to_numpy(p.peek_grad()).ravel() for p in group])
+        # MPI has no float16: such gradients are summed in float32
+        buffer = np.concatenate([backend.to_numpy(p.peek_grad()).ravel() for p in group]).astype(
+            np.float32 if dtype == np.float16 else dtype, copy=False)
         _wait(_world.comm.Iallreduce(_world.mpi.IN_PLACE, buffer), f"allreduce_gradients ({dtype} gradients)")
         start = 0
         for p in group:

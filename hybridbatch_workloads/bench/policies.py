@@ -27,6 +27,7 @@ REAL_DATA = {"W1", "W2", "W3", "W4-TREEGRU", "W4-2TYPE", "W4-MVRNN"}   # read --
 POLICIES = {
     "depth": "depth",
     "agenda": "agenda",
+    "tail-last": "tail-last",
     "greedy-frontier": "greedy-frontier",
     "critical-path": "critical-path",
     "fsm-base": ("learn", "base"),
