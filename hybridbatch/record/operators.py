@@ -42,7 +42,8 @@ def install(cls, api, named=False):
         cls.__hash__ = object.__hash__  # handles stay usable as dict keys and set members
     # numpy functions refuse handles (TypeError): np.tanh(W @ x) read the value through
     # __array__, silently dropping W's gradient, and np.sum(W) returned W itself; so did
-    # np.dot and np.concatenate. np.asarray(h) still reads the numbers, as asked.
+    # np.dot and np.concatenate. A ufunc answers `array op value` with the handle's reflected
+    # operator. np.asarray(h) still reads the numbers, as asked.
     cls.__array_ufunc__ = _ufunc_on_handle
     cls.__array_function__ = _refuse_numpy_function
 
@@ -66,7 +67,7 @@ _REFLECTED = {np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul_
               np.less: "__gt__", np.less_equal: "__ge__", np.greater: "__lt__", np.greater_equal: "__le__"}
 _IDENTITY = {np.equal: False, np.not_equal: True}   # `array == Parameter`: Python's answer for unlike objects
 _HB_NAME = {"absolute": "abs", "multiply": "mul", "subtract": "sub", "true_divide": "div", "divide": "div",
-            "power": "pow", "negative": "mul(x, -1)"}
+            "power": "pow"}
 
 
 def _ufunc_on_handle(value, ufunc, method, *inputs, **kwargs):
@@ -86,8 +87,7 @@ def _ufunc_on_handle(value, ufunc, method, *inputs, **kwargs):
     from .. import api
     name = ufunc.__name__
     hb_name = _HB_NAME.get(name, name)
-    use = f"hb.{hb_name}" if method == "__call__" and hasattr(api, hb_name.split("(")[0]) \
-        else "the hb op (hb.tanh, hb.sum, ...)"
+    use = f"hb.{hb_name}" if method == "__call__" and hasattr(api, hb_name) else "the hb op (hb.tanh, hb.sum, ...)"
     if method != "__call__":
         name += f".{method}"
     raise TypeError(f"numpy's {name} on a {type(value).__name__} would compute on its numbers and drop its "

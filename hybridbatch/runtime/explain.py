@@ -115,19 +115,20 @@ def explain(scope):
     sigs = signature.SIGS
     batches = defaultdict(list)      # recorded signature -> [(size, gathered, written, fwd s, bwd s)]
     singles = []
+    counts = []                      # per flush: (nodes, batches) per recorded signature
     in_scope = Counter()             # recorded signature -> its nodes in every flush
     flushes_of = defaultdict(set)    # recorded signature -> the flushes it ran in
     for k, plan in enumerate(scope.plans):
+        nodes_of, batches_of = Counter(), Counter()
         for s, size in zip(plan.batch_sig, plan.sizes):
-            in_scope[s] += size
-            flushes_of[s].add(k)
-    for k, plan in enumerate(scope.plans):
-        recorded = plan.batch_sig
-        nodes_of = Counter()
-        batches_of = Counter()
-        for s, size in zip(recorded, plan.sizes):
             nodes_of[s] += size
             batches_of[s] += 1
+            flushes_of[s].add(k)
+        in_scope.update(nodes_of)
+        counts.append((nodes_of, batches_of))
+    for k, plan in enumerate(scope.plans):
+        recorded = plan.batch_sig
+        nodes_of, batches_of = counts[k]
         for b, (s, size) in enumerate(zip(recorded, plan.sizes)):
             batches[s].append((size, _gathered(plan, scope.arenas, b), _written(plan, scope.arenas, b),
                                None if plan.forward_seconds is None else plan.forward_seconds[b],
