@@ -773,4 +773,84 @@ def test_a_container_of_unregistered_blocks_or_parameters_warns():
         block.layers = [nn.Dense(2, 2), nn.Dense(2, 2)]
     with pytest.warns(UserWarning, match=r"Holder.extra holds 1 .* not registered"):
         block.extra = {"V": hb.Parameter("V", (2,))}
-    assert list(block.collect_params()) == ["W"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert list(block.collect_params()) == ["W"]
+    assert sorted(str(w.message).split(" holds")[0] for w in caught) == ["Holder.extra", "Holder.layers"]
+
+
+def test_blocks_appended_to_a_list_after_its_assignment_warn_when_the_tree_is_walked():
+    """An empty list assigned, then filled: the assignment saw nothing, and the model ran,
+    took gradients and never trained (a Trainer of collect_params() had no parameters)."""
+    class Stack(hb.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.layers = []
+            for i in range(2):
+                self.layers.append(nn.Dense(4, 4, seed=i))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    model = Stack()
+    for walk in (model.hybridize, model.collect_params, model.parameters):
+        with pytest.warns(UserWarning, match=r"Stack.layers holds 2 .* not registered"):
+            walk()
+    with pytest.raises(ValueError, match="no parameters to train.*plain list"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hb.Trainer(model.collect_params(), "sgd")
+
+
+class _Gated(hb.HybridBlock):
+    """A forward with defaults: a value, an optional value, an int index and a str flag."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = nn.Dense(3, 3, seed=0)
+
+    def forward(self, x, h=None, row=0, mode="plain", *, scale=None):
+        y = self.dense(x)
+        if h is not None:
+            y = y + h
+        y = y + hb.pick(x, row)
+        return y * 2.0 if mode == "double" else y
+
+
+def test_keyword_arguments_bind_to_their_positions_in_every_mode():
+    """Calls with keywords failed with "__call__() got an unexpected keyword argument"."""
+    block = _Gated()
+    block.hybridize()
+    rng = np.random.default_rng(0)
+    xs = _vecs(rng, 4, 3)
+
+    def build():
+        outs = [block(x, h=hb.tanh(hb.array(x)), mode="double") for x in xs[:2]]
+        outs += [block(xs[2], row=2), block(x=xs[3], mode="double", row=1)]
+        return hb.sum(hb.concat(outs)), outs
+
+    _assert_modes_agree(build, _params(block))
+    with hb.batching(granularity="block") as scope:
+        a, b = block(xs[0], None, 1, "double"), block(xs[1], row=1, mode="double")
+    assert scope.stats.batches == 1          # one trace key, keywords or positions
+    np.testing.assert_allclose(b.asnumpy(), block(xs[1], None, 1, "double").asnumpy(), rtol=1e-6)
+
+
+def test_keyword_arguments_that_do_not_fit_name_the_block():
+    block = _Gated()
+    block.hybridize()
+    x = np.ones(3, np.float32)
+    with pytest.raises(TypeError, match=r"by position, and 'scale' has no position in _Gated.forward"):
+        block(x, scale=2.0)
+    with pytest.raises(TypeError, match=r"_Gated.forward\(\) got an unexpected keyword argument 'size'"):
+        block(x, size=2)
+    with pytest.raises(TypeError, match=r"_Gated.forward\(\) .*'x'"):
+        block(x, x=x)
+
+    class Plain(hb.Block):
+        def forward(self, x, scale=1.0):
+            return x * scale
+
+    np.testing.assert_allclose(Plain()(hb.array(x), scale=3.0).asnumpy(), 3 * x)

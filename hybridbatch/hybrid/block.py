@@ -7,6 +7,7 @@ traced program once on the stacked inputs (composite.py); at op granularity the 
 replayed op by op so primitive ops batch across block boundaries; eagerly it is replayed for
 one instance.
 """
+import inspect
 import warnings
 import weakref
 
@@ -84,10 +85,10 @@ class Block:
         elif isinstance(value, Parameter):
             self._params[name] = value
         elif isinstance(value, (list, tuple, dict)):
-            self._warn_unregistered(name, value)
+            self._warn_unregistered(name, value, 3)
         object.__setattr__(self, name, value)
 
-    def _warn_unregistered(self, name, container):
+    def _warn_unregistered(self, name, container, stacklevel):
         """Warn when a list, tuple or dict holds Blocks or Parameters this block has not
         registered: collect_params, a Trainer, save_parameters and hybridize() never see them."""
         members = container.values() if isinstance(container, dict) else container
@@ -97,7 +98,15 @@ class Block:
             warnings.warn(f"{type(self).__name__}.{name} holds {len(missed)} Block(s)/Parameter(s) that are not "
                           f"registered: collect_params(), a Trainer, save_parameters() and hybridize() will not "
                           f"see them. Use nn.Sequential, or assign each to an attribute of its own.",
-                          UserWarning, stacklevel=3)
+                          UserWarning, stacklevel=stacklevel)
+
+    def _warn_unregistered_in_tree(self):
+        """_warn_unregistered for the containers of every block in the tree as they are now:
+        one filled after its assignment (an empty list, then append) was not checked then."""
+        for block in self._tree():
+            for name, value in block.__dict__.items():
+                if value.__class__ in (list, tuple, dict):
+                    block._warn_unregistered(name, value, 4)
 
     def __delattr__(self, name):
         object.__delattr__(self, name)
@@ -147,8 +156,8 @@ class Block:
     def _tree_modes(self):
         return tuple(block.training for block in self._tree())
 
-    def __call__(self, *args):
-        return self.forward(*args)
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
 
     def children(self):
         """The child blocks by attribute name (a new dict)."""
@@ -156,6 +165,7 @@ class Block:
 
     def collect_params(self, prefix=""):
         """Every Parameter of this block and its children, keyed by dotted attribute path."""
+        self._warn_unregistered_in_tree()
         params = ParameterDict()
         params.update(dict(self._named_params(prefix)))
         return params
@@ -163,6 +173,7 @@ class Block:
     def parameters(self):
         """Every distinct Parameter of this block and its children, a shared one once: what a
         Trainer takes."""
+        self._warn_unregistered_in_tree()
         return list({id(p): p for _, p in self._named_params("")}.values())
 
     def _named_params(self, prefix):
@@ -182,9 +193,13 @@ class Block:
         self.collect_params().load(path)
 
     def hybridize(self, active=True):
-        """Hybridize every HybridBlock in this tree (Gluon semantics)."""
-        for child in self._children.values():
-            child.hybridize(active)
+        """Hybridize every HybridBlock in this tree (Gluon semantics): each traces its forward
+        (again) at its next call."""
+        self._warn_unregistered_in_tree()
+        for block in self._tree():
+            if isinstance(block, HybridBlock):
+                object.__setattr__(block, "_active", active)
+        _forget_traces()
 
     def __repr__(self):
         lines = [f"{type(self).__name__}("]
@@ -226,13 +241,9 @@ class HybridBlock(Block):
         object.__setattr__(self, "auto_inline", False)   # granularity="auto"'s choice for this block
         object.__setattr__(self, "auto_choice", AutoChoice())   # ... and the measurements behind it
 
-    def hybridize(self, active=True):
-        """Trace forward (again) at the next call, as Gluon's hybridize() does."""
-        object.__setattr__(self, "_active", active)
-        _forget_traces()
-        super().hybridize(active)
-
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args = _by_position(self, args, kwargs)
         scope = _local.scope
         if scope is not None and self._active and not scope.tracing:   # a trace inlines the call
             # the hot path, written out in this frame: exact class tests are cheaper than isinstance
@@ -357,6 +368,43 @@ def _flag(a):
                         "refuse a bool); pass a str flag (\"train\" / \"eval\") or None, make it a block "
                         "attribute, or pass an int")
     return (STATIC, a)
+
+
+def _by_position(block, args, kwargs):
+    """A hybridized call's arguments by position, keywords put in their places (defaults
+    filling the places between), so that a call's trace key is the same either way. A
+    keyword-only argument has no place: TypeError."""
+    func = type(block).forward
+    places = _places.get(func)
+    if places is None:
+        places = _places[func] = [p for p in list(inspect.signature(func).parameters.values())[1:]
+                                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    index = {p.name: i for i, p in enumerate(places) if p.kind == p.POSITIONAL_OR_KEYWORD}
+    if any(name not in index or index[name] < len(args) for name in kwargs):
+        _bind(block, args, kwargs)
+        name = next(name for name in kwargs if name not in index)
+        raise TypeError(f"a hybridized block's forward takes its arguments by position, and {name!r} has no "
+                        f"position in {type(block).__name__}.forward{inspect.signature(block.forward)}")
+    out = list(args)
+    for p in places[len(args):max(index[name] for name in kwargs) + 1]:
+        if p.name in kwargs:
+            out.append(kwargs[p.name])
+        elif p.default is not p.empty:
+            out.append(p.default)
+        else:
+            _bind(block, args, kwargs)      # raises: p is missing
+    return tuple(out)
+
+
+def _bind(block, args, kwargs):
+    """Python's own TypeError where the arguments do not fit forward's, naming the block."""
+    try:
+        inspect.signature(block.forward).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"{type(block).__name__}.forward() {e}") from None
+
+
+_places = weakref.WeakKeyDictionary()     # per forward function: its parameters that take a position
 
 
 def _as_handle(a, scope):

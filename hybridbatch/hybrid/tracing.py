@@ -48,6 +48,10 @@ def trace(block, key, tracer):
     if not outs:
         raise HybridBatchError(f"{type(block).__name__}.forward must return at least one value")
     for o in outs:
+        if isinstance(o, (tuple, list)):
+            raise HybridBatchError(f"{type(block).__name__}.forward returned a {type(o).__name__} inside its "
+                                   f"{container.__name__}: a hybridized forward returns one value, or one flat "
+                                   f"tuple or list of values")
         if not (isinstance(o, Future) and o.scope is tracer):
             raise HybridBatchError(f"{type(block).__name__}.forward must return values computed with hb ops "
                                    f"from its inputs (got {type(o).__name__})")

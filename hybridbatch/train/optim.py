@@ -466,6 +466,9 @@ def _collect(params):
         if id(p) in seen:
             raise ValueError(f"parameter {p.name!r} is listed twice; it would be updated twice per step")
         seen.add(id(p))
+    if not items:
+        raise ValueError("Trainer got no parameters to train; a Block's collect_params() misses the blocks "
+                         "held in a plain list or dict (use nn.Sequential, or one attribute each)")
     return items, names
 
 
