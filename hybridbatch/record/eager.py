@@ -5,7 +5,7 @@ a tape (each Tensor holds its operands) for reverse mode, freed with the Tensors
 """
 import numpy as np
 
-from ..runtime.autograd import SECOND_BACKWARD, accumulate_param
+from ..runtime.autograd import SECOND_BACKWARD, accumulate_param, check_unchanged
 from ..errors import BackwardError, ScopeError
 from .future import Future
 from ..ops.shape import Input, ParamRead
@@ -26,13 +26,14 @@ class Tensor:
     (array([0.   , 0.762], dtype=float32), True)
     """
 
-    __slots__ = ("value", "sig", "inputs", "aux", "_graph_spent", "__weakref__")
+    __slots__ = ("value", "sig", "inputs", "aux", "versions", "_graph_spent", "__weakref__")
 
-    def __init__(self, value, sig, inputs=(), aux=-1):
+    def __init__(self, value, sig, inputs=(), aux=-1, versions=()):
         self.value = value
         self.sig = sig
         self.inputs = inputs
         self.aux = aux
+        self.versions = versions    # the versions of the Parameters in inputs, in order, when read
 
     shape = property(lambda self: self.sig.out_shape)
     dtype = property(lambda self: self.sig.out_dtype)
@@ -68,11 +69,12 @@ def constant(value) -> Tensor:
 
 
 def apply(op, args, attrs=(), aux=-1) -> Tensor:
-    codes, xs, inputs = [], [], []
+    codes, xs, inputs, versions = [], [], [], []
     for a in args:
         if isinstance(a, Parameter):
             codes.append(-a.pid - 1)
             xs.append(a.data)
+            versions.append(a.version)
         else:
             if not isinstance(a, Tensor):
                 if isinstance(a, Future):
@@ -84,6 +86,7 @@ def apply(op, args, attrs=(), aux=-1) -> Tensor:
         inputs.append(a)
     if op.needs_batched and all(c < 0 for c in codes):
         inputs[0] = apply(ParamRead, (inputs[0],), (), 0)
+        del versions[0]     # the read's Tensor holds it
         codes[0], xs[0] = inputs[0].sig.out_type, inputs[0].value
     sig = signature.intern(op, attrs, tuple(codes))
     aux_arr = None
@@ -95,7 +98,7 @@ def apply(op, args, attrs=(), aux=-1) -> Tensor:
     if getattr(y, "base", None) is not None and any(c < 0 and backend.xp().may_share_memory(y, x)
                                                     for c, x in zip(codes, xs)):
         y = y.copy()    # a view of a Parameter (W[0]) would change with its next update
-    return Tensor(y, sig, tuple(inputs), aux)
+    return Tensor(y, sig, tuple(inputs), aux, versions)
 
 
 def _topological(root):
@@ -144,8 +147,12 @@ def backward(root: Tensor, retain_graph=False):
     if getattr(root, "_graph_spent", False):      # unset until a backward() without retain_graph
         raise BackwardError(SECOND_BACKWARD)
     xp = backend.xp()
+    order = _topological(root)
+    for t in order:
+        if t.versions:
+            check_unchanged(zip([u for u in t.inputs if isinstance(u, Parameter)], t.versions))
     grads = {id(root): xp.ones_like(root.value)}
-    for t in reversed(_topological(root)):
+    for t in reversed(order):
         gy = grads.pop(id(t), None)
         op = t.sig.op
         if gy is None or not op.executed:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import numpy as np
 from numba import njit
 
-from ..errors import NumericsError
+from ..errors import BackwardError, NumericsError
 from .execute import operands, scatter_add, first_bad_row, raise_numerics
 from ..kernels import blas
 from ..ops import ColumnGrad, OuterGrad, RowGrad
@@ -60,6 +60,17 @@ _pending = threading.local()
 SECOND_BACKWARD = ("backward() already ran from this value; running it again would add the same gradients into "
                    "Parameter.grad a second time. Pass retain_graph=True to the earlier backward() to allow "
                    "another (the gradients then accumulate), or compute the loss anew")
+
+
+def check_unchanged(read):
+    """BackwardError where a Parameter has changed since the forward read it: `read` holds
+    (parameter, its version then). The gradients would mix values from before and after
+    (a block's fused backward recomputes its gates from the parameters as they are now)."""
+    for p, version in read:
+        if p.version != version:
+            raise BackwardError(f"parameter {p.name!r} changed after the forward pass read it (its data assigned, "
+                                f"or a Trainer step) and before backward(), which would mix its old and new values; "
+                                f"call backward() before updating, or compute the loss anew")
 
 
 class _Numerics:
@@ -216,16 +227,20 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             grads[a] = memory.zeros(xp, arenas[a].shape, arenas[a].dtype)
         return grads[a]
 
+    reached = []
+    for plan in reversed(plans):       # every plan's nodes the seed reaches, before any gradient is added
+        if plan.start <= seed_node:
+            _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.view.sig,
+                            plan.sig_n_out, plan.use_off, plan.use, plan.inside)
+            if mark[plan.start:plan.stop].any():
+                check_unchanged(plan.params_read)
+                reached.append(plan)
     grad_arena(loc_arena[seed_node])[loc_row[seed_node]] = 1
     sigs = signature.SIGS
     prof = profile.active()     # times each batch from its turn to the next one's
-    for plan in reversed(plans):
-        if plan.start > seed_node:
-            continue
+    for plan in reached:
         if prof is not None:
             prof.backward_batch()
-        _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.view.sig,
-                        plan.sig_n_out, plan.use_off, plan.use, plan.inside)
         for b in range(plan.n_batches - 1, -1, -1):
             if prof is not None:
                 prof.backward_batch(plan, b)

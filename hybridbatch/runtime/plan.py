@@ -21,6 +21,7 @@ from ..schedule.lower_bound import _lower_bound
 from .type_keys import type_keys
 from . import backend, memory
 from ..record import signature
+from ..train.parameter import by_id
 
 SLICE, TAKE, MIXED = 0, 1, 2
 
@@ -339,6 +340,8 @@ class Plan:
         usig, sig_local = _compact(sig, len(signature.SIGS))
         sigs = [signature.SIGS[s] for s in usig.tolist()]
         ops = [s.op for s in sigs]
+        # the parameters this flush reads, each with its version now (backward checks them)
+        self.params_read = [(p, p.version) for p in map(by_id, {pid for s in sigs for pid in s.op.params_used(s)})]
         executable = np.array([op.executed for op in ops], np.bool_)[sig_local]
         is_input = np.array([op is Input for op in ops], np.bool_)[sig_local]
         n_out = np.array([op.n_out for op in ops], np.int64)

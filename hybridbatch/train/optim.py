@@ -614,6 +614,7 @@ class Trainer:
             # an embedding's rows: only those this minibatch looked up
             rows = p.grad_rows() if self.optimizer.rows_only(state) else None
             self.optimizer.apply(p, state, scale, lr, rows)
+            p.version += 1
         prof = profile.active()
         if prof is not None:
             prof.span("update", start, time.perf_counter())

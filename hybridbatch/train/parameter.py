@@ -176,6 +176,7 @@ class Parameter:
         self._grad_factors = None  # or G^T X of these (G, X) (add_grad_outer): never with void False
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
         self.keep_grad_factors = False     # set by a Trainer whose step adds factors into the weight
+        self.version = 0    # counts the changes of data (assigned, or a Trainer's step): backward checks it
         # validated by the property below; a parameter of integers or bools has no gradient
         self.grad_req = grad_req if grad_req is not None else "write" if self.dtype.kind in "fc" else "null"
         _live[self.pid] = weakref.ref(self, lambda _, pid=self.pid: _live.pop(pid, None))
@@ -210,6 +211,7 @@ class Parameter:
         if cast.shape != self.shape:
             raise ValueError(f"parameter {self.name!r} has shape {self.shape}; cannot set data of shape {cast.shape}")
         self._data = cast
+        self.version += 1
 
     def set_data(self, value):
         """`p.data = value`, as a method."""
