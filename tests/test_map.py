@@ -1,5 +1,7 @@
 """hb.map: per-instance code that reads values suspends at each read, and one flush per
 round of reads computes every instance's pending nodes."""
+import contextlib
+import re
 import traceback
 
 import numpy as np
@@ -333,8 +335,11 @@ def _fails_on_three(x):
     return (v * 2.0).item()
 
 
-def test_an_instance_error_is_raised_at_its_line_naming_it():
-    with hb.batching():
+@pytest.mark.parametrize("batched", [True, False])
+def test_an_instance_error_is_raised_at_its_line_naming_it(batched):
+    """Outside a scope too: the eager map had stopped at the first error, without notes or
+    map_results, so recovery code that works batched failed eagerly."""
+    with (hb.batching() if batched else contextlib.nullcontext()):
         with pytest.raises(ValueError, match="bad instance 3") as info:
             hb.map(_fails_on_three, [0, 1, 3, 4, 3])
     e = info.value
@@ -344,6 +349,47 @@ def test_an_instance_error_is_raised_at_its_line_naming_it():
     assert sorted(e.map_errors) == [2, 4]
     frames = traceback.extract_tb(e.__traceback__)
     assert frames[-1].name == "_fails_on_three" and "raise ValueError" in frames[-1].line
+
+
+class _UnprintableInstance:
+    def __repr__(self):
+        raise RuntimeError("repr broken")
+
+
+def test_an_instance_whose_repr_raises_still_raises_its_own_error():
+    with hb.batching():
+        with pytest.raises(ZeroDivisionError) as info:
+            hb.map(lambda x: 1 / 0, [_UnprintableInstance()])
+    assert "_UnprintableInstance" in info.value.__notes__[0]
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_seed_inside_an_instance_is_refused(batched):
+    """It replaced the process-wide stream, which the instance does not draw from: its
+    draws did not change, and the code after the map drew from the new seed."""
+    def reseeds(x):
+        hb.seed(x)
+
+    with (hb.batching() if batched else contextlib.nullcontext()):
+        with pytest.raises(RuntimeError, match="seed before the map"):
+            hb.map(reseeds, [1])
+
+
+def test_an_error_a_kernel_raises_in_a_rounds_flush_names_its_batch_and_line():
+    def check(a):
+        if a[0] > 0.5:
+            raise ValueError("bad row")
+        return a
+
+    def instance(i):
+        y = hb.py_func(check, hb.array(np.full(2, i, np.float32)), out_shape=(2,))
+        return float(hb.sum(y))
+
+    with pytest.raises(ValueError, match="bad row") as info:
+        with hb.batching(check_numerics=True):
+            hb.map(instance, range(-1, 2))
+    assert re.search(r"while the flush ran a batch of \d+ py_func.*recorded at .*test_map.py:\d+",
+                     info.value.__notes__[-1])
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered in log")

@@ -51,6 +51,10 @@ def seed(n):
     """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"seed must be an integer, not {type(n).__name__}")
+    if stream() is not None:
+        raise RuntimeError("hb.seed inside an hb.map instance (or a thread drawing from a stream of its own) "
+                           "would not reach its draws, which come from the instance's own stream: seed before "
+                           "the map")
     global _stream, _seeded
     _seeded = int(n)
     _stream = (_mix((_seeded + _rank * _GOLDEN) & _MASK64), itertools.count())

@@ -109,7 +109,9 @@ def normalize_index(key, shape):
                 raise IndexError(f"index {k} out of range for an axis of length {n} (shape {shape})")
             out.append(("i", k % n))
         else:
-            raise TypeError(f"futures take int and slice indices only, not {type(k).__name__}")
+            hint = (": an index computed as a value (hb.argmax) is read with int(...) first"
+                    if hasattr(k, "asnumpy") else "")
+            raise TypeError(f"values take int and slice indices only, not {type(k).__name__}{hint}")
     return tuple(out)
 
 

@@ -14,6 +14,7 @@ The greenlets are pooled per thread: starting a fresh greenlet and letting it en
 about 7 us, handing a parked one its next instance about 0.3 us, and a map of one read
 per instance would otherwise spend most of its suspension cost there.
 """
+import reprlib
 import threading
 
 from .scope import _local
@@ -51,20 +52,30 @@ def map(fn, instances):
         return [fn(x) for x in instances]
     instances = list(instances)
     if scope is None:
-        streams = random.split(len(instances))      # each instance draws its dropout masks from its own
-        outer = random.stream()
-        try:
-            results = []
-            for x, own in zip(instances, streams):
-                random.use(own)
-                results.append(fn(x))
-            return results
-        finally:
-            random.use(outer)
-    results, errors = each(fn, instances)
+        results, errors = _loop(fn, instances)
+    else:
+        results, errors = each(fn, instances)
     if errors:
         raise _first_error(errors, results, instances)
     return results
+
+
+def _loop(fn, instances):
+    """The map outside a scope: each instance in turn, on a random stream of its own (its
+    dropout masks as in a scope), its Exception kept as a scope's map keeps it."""
+    streams = random.split(len(instances))
+    outer = random.stream()
+    results, errors = [None] * len(instances), {}
+    try:
+        for i, (x, own) in enumerate(zip(instances, streams)):
+            random.use(own)
+            try:
+                results[i] = fn(x)
+            except Exception as e:
+                errors[i] = e
+    finally:
+        random.use(outer)
+    return results, errors
 
 
 def each(fn, instances):
@@ -196,5 +207,8 @@ def _first_error(errors, results, instances):
 
 
 def _short(x, limit=80):
-    text = repr(x)
+    try:
+        text = reprlib.repr(x)      # a huge list is not written out whole
+    except Exception:               # the instance's own error matters more than its repr's
+        text = f"<{type(x).__name__} object>"
     return text if len(text) <= limit else text[:limit - 3] + "..."

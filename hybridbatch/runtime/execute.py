@@ -90,7 +90,11 @@ def _run_batches(plan, arenas, xp, origin):
         op = sig.op
         dsts = [arenas[a][s:s + size] for a, s in plan.outs[b]]
         xs, aux = operands(plan, arenas, b, sig), plan.batch_aux(b, op)
-        y = op.forward(xp, sig, xs, aux, out=dsts) if op.writes_out else op.forward(xp, sig, xs, aux)
+        try:
+            y = op.forward(xp, sig, xs, aux, out=dsts) if op.writes_out else op.forward(xp, sig, xs, aux)
+        except Exception as e:      # raised in the flush, far from the line that recorded the node
+            e.add_note(_running(plan, b, origin))
+            raise
         if op.saves:
             y, plan.saved[b] = y
         for yj, dst in zip(y if op.n_out > 1 else (y,), dsts):
@@ -103,6 +107,16 @@ def _run_batches(plan, arenas, xp, origin):
                 dst[...] = yj
         if prof is not None:
             prof.batch(plan, b, start, time.perf_counter(), "forward")
+
+
+def _running(plan, b, origin):
+    """Which batch a flush was running, for an exception its kernel raised: the recorded
+    signature and its first node's recording line (with check_numerics)."""
+    recorded = signature.SIGS[plan.batch_sig[b]]
+    text = f"while the flush ran a batch of {plan.sizes[b]} {recorded.describe()}"
+    if origin is None:
+        return text + "; hb.batching(check_numerics=True) names the line that recorded each node"
+    return text + f", its first node recorded at {origin[plan.start + int(plan.batch_nodes(b)[0])]}"
 
 
 def _inside(plan, arenas, b, sig, row, xp):
