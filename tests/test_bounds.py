@@ -202,3 +202,22 @@ def test_edge_cases_are_bounded_and_scheduled_exactly(view, best):
 def test_part_bound_needs_at_least_one_part():
     with pytest.raises(ValueError, match="n_first >= 1"):
         part_bound(rotations(), n_first=0)
+
+
+def _eq2_every_node(view):
+    """Eq. 2 as written: per signature, the longest chain of its nodes over the whole graph."""
+    total = sum(1 for v in range(len(view.sig)) if view.executable[v] and view.unbatchable[view.sig[v]])
+    for s in set(view.sig[v] for v in range(len(view.sig)) if view.executable[v] and not view.unbatchable[view.sig[v]]):
+        longest = [0] * len(view.sig)
+        for v in range(len(view.sig)):
+            m = max([longest[u] for u in view.args[view.arg_ptr[v]:view.arg_ptr[v + 1]] if u >= 0], default=0)
+            longest[v] = m + (view.executable[v] and view.sig[v] == s)
+        total += max(longest)
+    return total
+
+
+@SETTINGS
+@given(views(max_nodes=30))
+def test_eq2_over_each_signatures_span_of_nodes_is_eq2_over_the_graph(view):
+    """The bound walks only the nodes from a signature's first to its last."""
+    assert lower_bound(view) == _eq2_every_node(view)

@@ -11,21 +11,25 @@ from numba import njit
 @njit(cache=True)
 def _lower_bound(sig, executable, unbatchable, arg_ptr, args, n_sigs):
     n = sig.shape[0]
-    present = np.zeros(n_sigs, np.bool_)
+    first = np.full(n_sigs, n, np.int64)     # per signature: its first and last executed node
+    last = np.full(n_sigs, -1, np.int64)
     extra = 0
     for v in range(n):
         if executable[v]:
             if unbatchable[sig[v]]:
                 extra += 1
             else:
-                present[sig[v]] = True
-    longest = np.zeros(n, np.int64)
+                if first[sig[v]] == n:
+                    first[sig[v]] = v
+                last[sig[v]] = v
+    longest = np.zeros(n, np.int64)          # all zero between passes
     total = extra
     for s in range(n_sigs):
-        if not present[s]:
+        if last[s] < 0:
             continue
+        # a path's count of s-nodes peaks at an s-node, and none comes before the first
         best = 0
-        for v in range(n):   # ids are a topological order: operands are recorded first
+        for v in range(first[s], last[s] + 1):   # ids are a topological order: operands are recorded first
             m = 0
             for e in range(arg_ptr[v], arg_ptr[v + 1]):
                 u = args[e]
@@ -36,6 +40,7 @@ def _lower_bound(sig, executable, unbatchable, arg_ptr, args, n_sigs):
             longest[v] = m
             if m > best:
                 best = m
+        longest[first[s]:last[s] + 1] = 0
         total += best
     return total
 
