@@ -45,6 +45,9 @@ def test_each_reason_a_node_ran_alone():
     reasons = "\n".join(_reasons(scope))
     assert "an arity of its own (5 operands)" in reasons and "also ran with 1, 3" in reasons
     assert "its signature ran in 2 batches" in reasons
+    # the chain's signature is also one no other tanh has: both are named
+    assert "a shape of its own: tanh also ran on ((6,),) in this flush (shapes never batch together); and " \
+           "its signature ran in 2 batches" in reasons
     assert "a shape of its own: tanh also ran on ((2,),)" in reasons
     assert "py_func never batches" in reasons
     assert "the only node of its signature in the scope" in reasons       # log, after the read

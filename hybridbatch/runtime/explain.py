@@ -188,9 +188,18 @@ def _why_alone(sig, nodes_of, batches_of, split, elsewhere):
             return (f"{alone}, flushes that reads forced: reading a pending value mid-scope flushes what is "
                     f"recorded so far (record the whole minibatch first, or run instances through hb.map)")
         return f"{alone}: each flush runs only what was recorded before it"
-    if batches_of[sig.id] > 1:
-        return (f"its signature ran in {batches_of[sig.id]} batches ({nodes_of[sig.id]} nodes) in this flush: "
-                f"its nodes depend on each other, or the policy ran them apart")
+    own = _own_signature(sig, nodes_of)
+    if batches_of[sig.id] > 1:      # a chain of its own signature, which may also be one no other node has
+        chain = (f"its signature ran in {batches_of[sig.id]} batches ({nodes_of[sig.id]} nodes) in this flush: "
+                 f"its nodes depend on each other, or the policy ran them apart")
+        return chain if own is None else f"{own}; and {chain}"
+    return own or "the only node of its signature in the scope"
+
+
+def _own_signature(sig, nodes_of):
+    """What sets `sig` apart from the other signatures of its op in the flush (shapes,
+    arity, Parameters, attributes), or None where it has no such neighbours."""
+    op = sig.op
     others = [signature.SIGS[s] for s in nodes_of if s != sig.id and signature.SIGS[s].op.name == op.name]
     arity = [o for o in others if len(o.in_shapes) != len(sig.in_shapes)]
     shapes = [o for o in others if len(o.in_shapes) == len(sig.in_shapes) and o.in_shapes != sig.in_shapes]
@@ -205,8 +214,10 @@ def _why_alone(sig, nodes_of, batches_of, split, elsewhere):
         return (f"Parameters of its own: {op.name} also ran with other Parameters in this flush (a batch "
                 f"shares its Parameters: each block instance, or each weight, runs in batches of its own)")
     if others:
-        return f"attributes of its own: {op.name} also ran with other attributes in this flush"
-    return "the only node of its signature in the scope"
+        return (f"attributes of its own: {op.name} also ran with other attributes in this flush (a number "
+                f"that is an op's attribute, such as a power's exponent or a dropout rate, makes a signature "
+                f"per value)")
+    return None
 
 
 def _gathered(plan, arenas, b):
