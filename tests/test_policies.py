@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import hybridbatch as hb
+from hybridbatch import nn
 from hybridbatch.record import signature
 from hybridbatch.schedule import POLICIES, agenda, get_policy, lower_bound
 from hybridbatch.schedule.frontier import critical_path, greedy_frontier
@@ -254,6 +255,7 @@ def test_chain_losses_equal_eager_under_a_learned_policy():
 CHILD = """
 import json, sys
 import hybridbatch as hb
+from hybridbatch import nn
 import test_policies as t
 policy = hb.FSMPolicy.load(sys.argv[1])
 scope, values = t.run_fig1(policy, t.fig1_samples(5, seed=3))
@@ -576,3 +578,25 @@ def test_backoff_must_be_a_boolean(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="not a saved FSM policy: backoff must be true or false"):
         FSMPolicy.load(tmp_path / "p.json")
+
+
+def test_critical_path_runs_losses_summed_by_a_running_total_after_the_recurrence():
+    """`sum(losses)` chains the per-step losses: the output layer then looked as critical as
+    the recurrence and ran once per step beside it (13 batches where the bound is 11)."""
+    rng = np.random.default_rng(0)
+    emb, cell, out = nn.Embedding(7, 3, seed=0), nn.LSTMCell(4, 3, seed=1), nn.Dense(7, 4, seed=2)
+    cell.hybridize()
+    out.hybridize()
+
+    def loss(words):
+        h = c = np.zeros(4, np.float32)
+        losses = []
+        for w, following in zip(words[:-1], words[1:]):
+            h, c = cell(emb(w), h, c)
+            losses.append(hb.pick_neg_log_softmax(out(h), following))
+        return sum(losses)
+
+    sentences = [[int(w) for w in rng.integers(0, 7, n)] for n in rng.integers(2, 6, 6)]
+    with hb.batching(policy="critical-path") as scope:
+        hb.add_n([loss(s) for s in sentences])
+    assert scope.stats.batches == scope.stats.lower_bound == 11

@@ -91,15 +91,18 @@ def _feeds(feeds, a, b):
 
 
 @njit(cache=True)
-def _tail_last_priority(priority, feeds, left):
-    """Agenda's priority with the graph's tail after every other signature, upstream first
-    (agenda.py says why). The tail is peeled from the sinks of the signature graph (feeds;
-    left > 0: the signatures with executed nodes): a signature joins once every other
-    signature its nodes feed has joined; one whose nodes feed each other (a chain's step)
-    only if it feeds no other (a sum of sums). O(signatures^2 / 64 + signatures x tail):
-    within the loop's O(steps x signatures)."""
-    n_sigs = priority.shape[0]
+def _peel_tail(feeds, left, chains):
+    """The graph's tail, sinks first: (signatures, count). It is peeled from the sinks of
+    the signature graph (feeds; left > 0: the signatures with executed nodes): a signature
+    joins once every other signature its nodes feed has joined; one whose nodes feed each
+    other (a chain's step) only if it feeds no other (a sum of sums), or, with `chains`, if
+    every other one it feeds is a sink (a running total of losses, read by the minibatch's
+    sum). A recurrence feeds a per-step output that is no sink, so it stays out. No node
+    outside the tail reads one inside it. O(signatures^2 / 64 + signatures x tail): within
+    the loop's O(steps x signatures)."""
+    n_sigs = left.shape[0]
     out = np.zeros(n_sigs, np.int64)           # other signatures fed that have not joined
+    sink = np.zeros(n_sigs, np.bool_)
     peeled = np.empty(n_sigs, np.int64)
     k = 0
     for a in range(n_sigs):
@@ -113,6 +116,7 @@ def _tail_last_priority(priority, feeds, left):
         if left[a] > 0 and out[a] == 0:
             peeled[k] = a
             k += 1
+            sink[a] = True
     i = 0
     while i < k:
         t = peeled[i]
@@ -120,15 +124,53 @@ def _tail_last_priority(priority, feeds, left):
         for a in range(n_sigs):
             if a != t and _feeds(feeds, a, t):
                 out[a] -= 1
-                if out[a] == 0 and not _feeds(feeds, a, a):
+                if out[a] == 0 and (not _feeds(feeds, a, a) or (chains and _feeds_sinks_only(feeds, a, sink))):
                     peeled[k] = a
                     k += 1
+    return peeled, k
+
+
+@njit(cache=True)
+def _feeds_sinks_only(feeds, a, sink):
+    for b in range(sink.shape[0]):
+        if b != a and not sink[b] and _feeds(feeds, a, b):
+            return False
+    return True
+
+
+@njit(cache=True)
+def _tail_last_priority(priority, feeds, left):
+    """Agenda's priority with the graph's tail (_peel_tail) after every other signature,
+    upstream first (agenda.py says why)."""
+    peeled, k = _peel_tail(feeds, left, False)
     result = priority.copy()
     if k:
         last = priority.max() + 1
         for i in range(k):
             result[peeled[i]] = last + k - 1 - i
     return result
+
+
+@njit(cache=True)
+def _tail_below(sig, executable, feeds, loop):
+    """Critical path with the graph's tail (_peel_tail) last: every other node's height is
+    raised above any tail node's, so a tail signature runs only when nothing else is ready.
+    Nothing outside the tail waits for it, and run last its signatures are ready in full:
+    a per-step classifier whose losses a running total sums (`sum(losses)`, a chain) had
+    looked as critical as the recurrence and ran once per step beside it."""
+    peeled, k = _peel_tail(feeds, loop[LEFT], True)
+    if k == 0:
+        return
+    in_tail = np.zeros(feeds.shape[0], np.bool_)
+    in_tail[peeled[:k]] = True
+    height, nready, top = loop[HEIGHT], loop[NREADY], loop[TOP]
+    above = sig.shape[0] + 1            # more than any height
+    for v in range(sig.shape[0]):
+        if executable[v] and not in_tail[sig[v]]:
+            height[v] += above
+    for s in range(nready.shape[0]):
+        if nready[s] > 0 and not in_tail[s]:
+            top[s] += above
 
 
 @njit(cache=True)
@@ -500,11 +542,13 @@ def run(sig, executable, unbatchable, priority, cost, arg_ptr, args, rule, vid, 
     n = sig.shape[0]
     n_sigs = priority.shape[0]
     fallback = fallback_rule(encoding) if rule == TABLE else rule
-    feeds = np.zeros((n_sigs, (n_sigs + 63) >> 6) if rule == TAIL_LAST else (0, 1), np.uint64)
+    feeds = np.zeros((n_sigs, (n_sigs + 63) >> 6) if rule == TAIL_LAST or rule == CRITICAL else (0, 1), np.uint64)
     loop = _start(sig, executable, arg_ptr, args, n_sigs, fallback == CRITICAL, feeds)
     nready, cons_ptr, cons, top = loop[NREADY], loop[CONS_PTR], loop[CONS], loop[TOP]
     if rule == TAIL_LAST:
         priority = _tail_last_priority(priority, feeds, loop[LEFT])
+    elif rule == CRITICAL:
+        _tail_below(sig, executable, feeds, loop)
     n_exec = _n_executed(executable)
     order = np.empty(n_exec, np.int64)
     bptr = np.empty(n_exec + 1, np.int64)
