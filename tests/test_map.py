@@ -447,3 +447,21 @@ def test_a_read_in_a_traced_forward_says_to_read_outside_the_block():
         with hb.batching(granularity=granularity):
             with pytest.raises(hb.ScopeError, match="read it outside the block"):
                 hb.map(lambda x: block(hb.array(x)), [np.ones(2)])
+
+
+def test_rounds_of_one_structure_reuse_the_first_rounds_schedule():
+    """Each round sits a step deeper than the last; the cache keys depths from the flush's
+    shallowest node, so the rounds after the first hit it (they had never matched)."""
+    W = hb.Parameter("W", (8, 8), rng=np.random.default_rng(0))
+
+    def decode(i):
+        h = hb.array(np.random.default_rng(i).standard_normal(8).astype(np.float32))
+        for _ in range(10):
+            h = hb.tanh(W @ h)
+            if float(hb.sum(h)) > 100:
+                break
+        return h
+
+    with hb.settings(plan_cache_size=1000), hb.batching() as scope:
+        hb.map(decode, range(8))
+    assert scope.stats.flushes == 10 and scope.stats.plan_cache_hits >= 8

@@ -4,7 +4,9 @@ inference) reuses its schedule instead of running the policy.
 Keys are exact (the bytes of the signature, depth and edge arrays, plus the policy), so two
 different structures never share an entry; the dict hashes them, equality decides. Depth is
 part of the key because a later flush's structure can repeat while its operands from earlier
-flushes sit at other depths, which depth-driven policies schedule differently.
+flushes sit at other depths, which depth-driven policies schedule differently. It is taken
+from the flush's shallowest node: the policies compare depths, so the same depths shifted
+schedule alike, and the rounds of an hb.map, each a step deeper than the last, match.
 """
 from collections import OrderedDict
 
@@ -49,7 +51,8 @@ class ScheduleCache:
         if settings.plan_cache_size <= 0 or not getattr(policy, "cacheable", True):
             order, bptr = run_policy(policy, view)
             return order, bptr, False
-        key = (policy, global_sig.tobytes(), view.depth.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
+        depth = view.depth - view.depth.min() if len(view.depth) else view.depth
+        key = (policy, global_sig.tobytes(), depth.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
         found = self._entries.get(key)
         if found is not None:
             self._entries.move_to_end(key)
