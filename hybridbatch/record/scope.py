@@ -5,12 +5,10 @@
 only the ancestors of the value asked for, so reading one value mid-scope keeps the rest
 batched; recording may go on after a flush and the next flush runs the new delta.
 """
-import functools
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, fields
-from typing import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -72,6 +70,7 @@ class Stats:
     """
     nodes: int
     batches: int
+    lower_bound: int
     flushes: int
     forced_flushes: int     # of `flushes`, those a read of a pending value forced
     record_seconds: float
@@ -79,17 +78,6 @@ class Stats:
     execute_seconds: float
     backward_seconds: float
     plan_cache_hits: int
-    _bound: Callable[[], int] = field(repr=False, compare=False)
-
-    @property
-    def lower_bound(self):
-        """The fewest batches any schedule could take (ED-Batch's bound over the scope's
-        flushed graph), computed when first read: its time grows with nodes x signatures."""
-        return self._bound()
-
-    def __repr__(self):
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr]
-        return f"Stats(lower_bound={self.lower_bound}, {', '.join(shown)})"
 
     @property
     def plan_cache_hit_rate(self):
@@ -443,7 +431,7 @@ class batching:
         return Stats(
             nodes=sum(p.n_executed for p in self.plans),
             batches=sum(p.n_batches for p in self.plans),
-            _bound=functools.partial(self._lower_bound, self.flushed),    # the nodes flushed now
+            lower_bound=self._lower_bound(),
             flushes=len(self.plans),
             forced_flushes=len(self.forced_plans),
             record_seconds=max(inside - t["busy_inside"], 0.0),
@@ -453,12 +441,11 @@ class batching:
             plan_cache_hits=sum(p.cache_hit for p in self.plans),
         )
 
-    def _lower_bound(self, stop):
-        """ED-Batch's bound over the scope's nodes below `stop` (where a flush ended), as one
-        graph: summed per flush it counted every flush a read forced as if nothing could
-        batch across it."""
-        if self._bound[0] != stop:
-            self._bound = (stop, graph_lower_bound(self.graph, stop))
+    def _lower_bound(self):
+        """ED-Batch's bound over every flushed node of the scope, as one graph: summed per
+        flush it counted every flush a read forced as if nothing could batch across it."""
+        if self._bound[0] != self.flushed:
+            self._bound = (self.flushed, graph_lower_bound(self.graph, self.flushed))
         return self._bound[1]
 
 
