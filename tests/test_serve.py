@@ -172,12 +172,32 @@ def test_eager_runs_each_request_outside_any_scope():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(max_batch_size=0), "max_batch_size"), (dict(max_queue=-1), "max_queue"),
-    (dict(max_delay_ms=-1), "max_delay_ms"), (dict(granularity="layer"), "granularity"),
+    (dict(max_delay_ms=-1), "max_delay_ms"), (dict(max_delay_ms=float("inf")), "max_delay_ms"),
+    (dict(max_delay_ms=float("nan")), "max_delay_ms"), (dict(granularity="layer"), "granularity"),
     (dict(eager=True, max_batch_size=4), "eager=True"),
 ])
 def test_settings_are_checked_at_construction(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Batcher(lambda x: x, **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the worker's own end
+@pytest.mark.parametrize("stop", [SystemExit, KeyboardInterrupt])
+def test_a_request_that_stops_the_worker_answers_its_whole_batch_and_the_queue(stop):
+    """Its batch's requests had waited forever, the good ones too."""
+    def model(x):
+        if x[0] < 0:
+            raise stop
+        return hb.array(x) * 2.0
+
+    server = Batcher(model, max_delay_ms=200)
+    replies = [server.submit(np.array([v], np.float32)) for v in (1.0, -1.0, 2.0)]
+    for reply in replies:
+        with pytest.raises(stop):
+            reply.result(10)
+    assert server.closed and server.stats.failed == 3
+    with pytest.raises(BatcherClosedError):
+        server.submit(np.ones(1, np.float32))
 
 
 def test_a_model_fn_that_is_not_callable_is_refused():

@@ -207,3 +207,13 @@ def test_the_load_benchmark_runs_end_to_end(tmp_path):
     assert set(results["closed"]) == {"batched", "eager", "scope per request"}
     assert results["acceptance"]["eager"]["throughput"] > 0 and "rss_growth" in results["acceptance"]
     assert png.stat().st_size > 0
+
+
+@pytest.mark.parametrize("flag, value", [("--port", "99999"), ("--port", "-1"), ("--max-delay-ms", "inf")])
+def test_out_of_range_options_are_refused_by_the_parser(flag, value, capsys):
+    """--port 99999 had listened on 99999 - 65536, and an infinite delay killed the worker
+    at its first request."""
+    from hybridbatch.serve.__main__ import parse_args
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m.py:M", flag, value])
+    assert "must be between" in capsys.readouterr().err

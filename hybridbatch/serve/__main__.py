@@ -14,6 +14,7 @@ import sys
 
 from ..record.scope import DEFAULT_GRANULARITY, GRANULARITIES
 from ..schedule import DEFAULT_POLICY, POLICIES
+from .batcher import MAX_DELAY_MS
 
 
 def _positive_int(text):
@@ -25,8 +26,15 @@ def _positive_int(text):
 
 def _delay(text):
     value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    if not 0 <= value <= MAX_DELAY_MS:
+        raise argparse.ArgumentTypeError(f"must be between 0 and {MAX_DELAY_MS:.0f}, not {text}")
+    return value
+
+
+def _port(text):
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, not {value}")
     return value
 
 
@@ -48,7 +56,7 @@ def parse_args(argv=None):
     ap.add_argument("--model", required=True, help="FILE.py:CLASS or MODULE:CLASS, called with --params")
     ap.add_argument("--params", help="passed to the model class (its saved parameters)")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    ap.add_argument("--port", type=int, default=8080, help="0 takes a free port (8080)")
+    ap.add_argument("--port", type=_port, default=8080, help="0 takes a free port (8080)")
     ap.add_argument("--max-batch-size", type=_positive_int, default=32, help="requests in one batch (32)")
     ap.add_argument("--max-delay-ms", type=_delay, default=5.0,
                     help="how long a batch waits for more requests after its first arrived (5)")

@@ -121,8 +121,9 @@ def make_app(model, batcher, max_request_bytes=1 << 20):
 
     async def healthz(request):
         s = batcher.stats
-        return _json({"status": "ok", "queued": s.queued, "requests": s.requests, "failed": s.failed,
-                      "batches": s.batches, "mean_batch": round(s.mean_batch, 3)})
+        return _json({"status": "closed" if batcher.closed else "ok", "queued": s.queued, "requests": s.requests,
+                      "failed": s.failed, "batches": s.batches, "mean_batch": round(s.mean_batch, 3)},
+                     503 if batcher.closed else 200)     # a worker that died takes no requests
 
     @contextlib.asynccontextmanager
     async def lifespan(app):

@@ -28,6 +28,9 @@ from ..record.scope import DEFAULT_GRANULARITY, batching
 from ..schedule import DEFAULT_POLICY
 
 
+MAX_DELAY_MS = 86_400_000.0
+
+
 class QueueFullError(HybridBatchError, RuntimeError):
     """`submit` found `max_queue` requests waiting: the caller should retry later or shed
     load (the HTTP server answers 503 with Retry-After)."""
@@ -124,8 +127,8 @@ class Batcher:
         for what, value in (("max_batch_size", max_batch_size), ("max_queue", max_queue)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{what} must be an int >= 1, not {value!r}")
-        if not max_delay_ms >= 0:
-            raise ValueError(f"max_delay_ms must be >= 0, not {max_delay_ms!r}")
+        if not 0 <= max_delay_ms <= MAX_DELAY_MS:     # a longer wait overflows the worker's timed waits
+            raise ValueError(f"max_delay_ms must be between 0 and {MAX_DELAY_MS:.0f} (a day), not {max_delay_ms!r}")
         if eager and max_batch_size != 1:
             raise ValueError(f"eager=True runs each request alone: max_batch_size must be 1, not {max_batch_size}")
         batching(policy, granularity)   # checks both now, at the caller's line, not on the worker
@@ -200,16 +203,21 @@ class Batcher:
 
     # -- the worker thread -------------------------------------------------------------
     def _work(self):
+        running = []
         try:
             while (batch := self._next_batch()) is not None:
-                batch = [r for r in batch if r.claim()]
-                if batch:
-                    self._run(batch)
-        except BaseException as e:      # the worker's own failure: no request may wait forever
+                running = [r for r in batch if r.claim()]
+                if running:
+                    self._run(running)
+                running = []
+        except BaseException as e:      # the worker's own failure (a SystemExit in model_fn, say): no request may wait forever
             with self._wake:
                 self._closed = True
                 left, self._queue = list(self._queue), collections.deque()
-            _settle([(r, None, e) for r in left if r.claim()])
+                unsettled = [r for r in running if r.loop is not None or not r.future.done()]
+                self._counts["requests"] += len(unsettled)
+                self._counts["failed"] += len(unsettled)
+            _settle([(r, None, e) for r in unsettled] + [(r, None, e) for r in left if r.claim()])
             raise
 
     def _next_batch(self):
