@@ -1,6 +1,8 @@
 """hb.profile(): phases and per-batch times over many scopes, and their Chrome trace."""
 import json
 
+import time
+
 import numpy as np
 import pytest
 
@@ -49,7 +51,7 @@ def test_nothing_is_kept_outside_a_profile_and_blocks_do_not_nest():
         hb.tanh(np.ones(2, np.float32))
     assert prof.events == [] and prof.top() == []
     with prof:
-        with pytest.raises(RuntimeError, match="do not nest"):
+        with pytest.raises(RuntimeError, match="neither nest nor overlap"):
             with hb.profile():
                 pass
 
@@ -94,3 +96,28 @@ def test_the_trace_of_three_w1_training_steps_holds_the_documented_events(tmp_pa
     assert {e["cat"] for e in batches} == {"forward", "backward"}
     assert {e["name"] for e in batches} == {r["signature"].split("(")[0] for r in prof.top(10 ** 6)}
     assert all(e["args"]["nodes"] >= 1 for e in batches)
+
+
+def test_a_backward_that_raised_charges_no_later_time_to_its_batch():
+    """The batch it was timing stayed open, and the next backward closed it: a py_func's
+    backward showed the second that passed in between."""
+    W = hb.Parameter("W", (4, 4), init=0.1)
+    with hb.profile() as prof:
+        with hb.batching():
+            y = hb.sum(hb.py_func(lambda a: a * 2, W @ hb.array(np.ones(4, np.float32)), out_shape=(4,)))
+        with pytest.raises(NotImplementedError):
+            y.backward()
+        time.sleep(0.3)
+        with hb.batching():
+            z = hb.sum(hb.tanh(W @ hb.array(np.ones(4, np.float32))))
+        z.backward()
+    assert max(row["backward_seconds"] for row in prof.top(10)) < 0.2
+
+
+def test_a_profile_entered_inside_a_scope_counts_from_its_start():
+    with hb.batching():
+        y = hb.tanh(hb.array(np.ones(3, np.float32)))
+        time.sleep(0.3)
+        with hb.profile() as prof:
+            y.asnumpy()
+    assert prof.phases()["recording"] < 0.2

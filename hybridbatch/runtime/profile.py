@@ -49,13 +49,14 @@ class Profile:
         self.dropped = 0                   # events past max_events
         self._phases = defaultdict(float)  # phase -> seconds, kept or not
         self._sums = defaultdict(lambda: [0, 0, 0.0, 0.0])   # sig id -> batches, nodes, fwd s, bwd s
-        self._open = None                  # backward's batch being timed: (plan, batch, start)
+        self._open = threading.local()     # .batch: this thread's backward batch being timed (plan, batch, start)
         self._origin = None
 
     def __enter__(self):
         global _active
         if _active is not None:
-            raise RuntimeError("hb.profile() blocks do not nest")
+            raise RuntimeError("hb.profile() is already active: a profile is process-wide, one at a time (it "
+                               "collects from every thread), so its blocks neither nest nor overlap across threads")
         self._origin = time.perf_counter() if self._origin is None else self._origin
         _active = self
         return self
@@ -67,7 +68,11 @@ class Profile:
 
     # -- what the engine reports ---------------------------------------------------------
     def span(self, name, start, end, **args):
-        """A phase from `start` to `end` (perf_counter seconds)."""
+        """A phase from `start` to `end` (perf_counter seconds), the part since the profile
+        began (a scope's recording may have begun before it)."""
+        start = max(start, self._origin)
+        if end <= start:
+            return
         self._phases[name] += end - start
         self._event(name, "phase", start, end - start, args)
 
@@ -91,10 +96,11 @@ class Profile:
         """Backward's batches, timed from one to the next: close the batch being timed and
         open batch b of `plan` (None: only close)."""
         now = time.perf_counter()
-        if self._open is not None:
-            done, k, start = self._open
+        timing = getattr(self._open, "batch", None)
+        if timing is not None:
+            done, k, start = timing
             self.batch(done, k, start, now, "backward")
-        self._open = None if plan is None else (plan, b, now)
+        self._open.batch = None if plan is None else (plan, b, now)
 
     def _event(self, name, category, start, seconds, args):
         if len(self.events) < self.max_events:
