@@ -1,6 +1,5 @@
 """hb.profile(): phases and per-batch times over many scopes, and their Chrome trace."""
 import json
-
 import time
 
 import numpy as np
