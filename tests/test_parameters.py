@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 import hybridbatch as hb
+from hybridbatch import nn
 from hybridbatch.train.optim import Trainer
 from helpers import recorded
 
@@ -451,3 +452,15 @@ def test_clearing_rows_freezing_and_float16_with_factors_kept():
         hb.add_n([hb.sum(half @ x.astype(np.float16)) for x in xs]).backward()
     assert half._grad_factors is not None
     np.testing.assert_allclose(half.grad, np.tile(xs.astype(np.float16).sum(axis=0), (64, 1)), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0])
+def test_a_truncated_parameters_file_names_itself(tmp_path, keep):
+    """A bare zipfile.BadZipFile came through, naming no file."""
+    dense = nn.Dense(3, 3, seed=0)
+    path = tmp_path / "model.npz"
+    dense.save_parameters(path)
+    data = path.read_bytes()
+    path.write_bytes(data[:int(len(data) * keep)])
+    with pytest.raises(ValueError, match=r"model.npz is not a readable .npz archive"):
+        dense.load_parameters(path)

@@ -213,8 +213,12 @@ def write_npz(path, arrays):
 def read_npz(file):
     """{name: array} of every array in an .npz archive (a path or a binary file object), read
     without pickles."""
-    with np.load(file, allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+    try:
+        with np.load(file, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (zipfile.BadZipFile, EOFError) as e:       # truncated or not an archive: name the file
+        where = file if isinstance(file, (str, os.PathLike)) else "the archive"
+        raise ValueError(f"{where} is not a readable .npz archive (truncated, or another kind of file): {e}") from e
 
 
 def _tied_conflicts(params, cast):
