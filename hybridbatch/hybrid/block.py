@@ -8,6 +8,7 @@ replayed op by op so primitive ops batch across block boundaries; eagerly it is 
 one instance.
 """
 import inspect
+import threading
 import warnings
 import weakref
 
@@ -27,6 +28,7 @@ from .tracing import trace
 _local = _scope._local         # its .scope: the batching scope recording on this thread, or None
 _new = object.__new__
 _traced = weakref.WeakSet()      # HybridBlocks holding traced programs
+_hybridizing = threading.local()   # .depth: hybridize() calls open on this thread
 
 
 def _forget_traces():
@@ -193,13 +195,17 @@ class Block:
         self.collect_params().load(path)
 
     def hybridize(self, active=True):
-        """Hybridize every HybridBlock in this tree (Gluon semantics): each traces its forward
-        (again) at its next call."""
-        self._warn_unregistered_in_tree()
-        for block in self._tree():
-            if isinstance(block, HybridBlock):
-                object.__setattr__(block, "_active", active)
-        _forget_traces()
+        """Hybridize every HybridBlock in this tree (Gluon semantics), each through its own
+        hybridize(); the outermost call checks the tree for unregistered blocks once."""
+        outermost = not getattr(_hybridizing, "depth", 0)
+        if outermost:
+            self._warn_unregistered_in_tree()
+        _hybridizing.depth = getattr(_hybridizing, "depth", 0) + 1
+        try:
+            for child in self._children.values():
+                child.hybridize(active)
+        finally:
+            _hybridizing.depth -= 1
 
     def __repr__(self):
         lines = [f"{type(self).__name__}("]
@@ -240,6 +246,12 @@ class HybridBlock(Block):
         object.__setattr__(self, "_programs_of_modes", {})   # other modes' programs, kept
         object.__setattr__(self, "auto_inline", False)   # granularity="auto"'s choice for this block
         object.__setattr__(self, "auto_choice", AutoChoice())   # ... and the measurements behind it
+
+    def hybridize(self, active=True):
+        """Trace forward (again) at the next call, as Gluon's hybridize() does."""
+        object.__setattr__(self, "_active", active)
+        _forget_traces()
+        super().hybridize(active)
 
     def __call__(self, *args, **kwargs):
         if kwargs:
