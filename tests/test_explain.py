@@ -185,3 +185,17 @@ def test_seconds_per_signature_where_a_profile_timed_the_batches():
         timed = run()
     lstm = next(s for s in timed.signatures if s.description.startswith("block:LSTMCell"))
     assert lstm.forward_seconds > 0 and lstm.backward_seconds > 0
+
+
+def test_a_chain_of_a_signature_that_batched_elsewhere_is_not_called_its_own():
+    """Only a signature that never ran two nodes in one batch is named as one no other node
+    shares; a chain's last step of a shared shape is the chain's."""
+    with hb.batching() as scope:
+        for depth in (1, 1, 3):
+            h = hb.array(np.ones(2, np.float32))
+            for _ in range(depth):
+                h = hb.tanh(h)
+        hb.tanh(np.ones(6, np.float32))
+    reasons = "\n".join(_reasons(scope))
+    assert "its signature ran in 3 batches (5 nodes)" in reasons
+    assert "; and its signature ran in 3 batches" not in reasons

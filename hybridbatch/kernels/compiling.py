@@ -97,8 +97,11 @@ class _Worker:
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])),
                    HYBRIDBATCH_PRELOAD="0")     # it compiles kernels, never runs the package's functions
+        # a session of its own: a terminal's Ctrl-C, sent to the foreground group, would stop
+        # it mid-kernel with a traceback of its own; it ends when its stdin closes instead
         self.process = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+                                        stdout=subprocess.PIPE, text=True, bufsize=1, env=env,
+                                        start_new_session=True)
         atexit.register(self.close)
         threading.Thread(target=self._replies, name="hybridbatch-kernel-compiles", daemon=True).start()
 

@@ -189,10 +189,11 @@ def _why_alone(sig, nodes_of, batches_of, split, elsewhere):
                     f"recorded so far (record the whole minibatch first, or run instances through hb.map)")
         return f"{alone}: each flush runs only what was recorded before it"
     own = _own_signature(sig, nodes_of)
-    if batches_of[sig.id] > 1:      # a chain of its own signature, which may also be one no other node has
+    if batches_of[sig.id] > 1:
         chain = (f"its signature ran in {batches_of[sig.id]} batches ({nodes_of[sig.id]} nodes) in this flush: "
                  f"its nodes depend on each other, or the policy ran them apart")
-        return chain if own is None else f"{own}; and {chain}"
+        # a signature that never batched (one chain, say one instance's shape) is also its own
+        return chain if own is None or nodes_of[sig.id] > batches_of[sig.id] else f"{own}; and {chain}"
     return own or "the only node of its signature in the scope"
 
 

@@ -15,6 +15,7 @@ from .html_report import write_report
 from .policies import (WORKLOADS as POLICY_WORKLOADS, TooFewInstances, compare_policies, format_policies,
                        plot_policies)
 from .registry import WORKLOADS, UnknownWorkload
+from .workload import SyntheticOnly
 from .report import format_result, format_sweep
 from .sweep import SWEEPS, plot_sweep, run_sweep
 
@@ -246,7 +247,10 @@ def main(argv=None):
         if args.report:
             write_report(args.report, cfg, res)
             print(f"report: {args.report}")
-    except (UnknownWorkload, TooFewInstances, FileNotFoundError, DataFormatError) as e:
+    except (UnknownWorkload, TooFewInstances, FileNotFoundError, DataFormatError, SyntheticOnly) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:       # Ctrl-C: what ran is lost, no traceback needed
+        print("interrupted", file=sys.stderr)
+        return 130
     return 0

@@ -9,6 +9,10 @@ import numpy as np
 import hybridbatch as hb
 
 
+class SyntheticOnly(ValueError):
+    """--data given to a workload that has no real-data reader (it runs on its generator)."""
+
+
 class Workload:
     """Subclasses set `name`, `self._train`, `self._dev` and `self.model` (a Block), and
     implement loss, predict, gold and forward_flops; the rest has defaults over those."""

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from ..data.synthetic_nmt import synthetic_nmt
 from ..data.trees import Vocab
 from ..models.seq2seq import Seq2SeqLSTM
-from .workload import Workload
+from .workload import SyntheticOnly, Workload
 
 __all__ = ["EncodedPair", "W5NMT", "VOCAB", "BOS", "EOS"]
 
@@ -39,7 +39,7 @@ class W5NMT(Workload):
     def __init__(self, hidden=256, data_dir=None, seed=0, synthetic_train=2000, synthetic_dev=200,
                  vocab=VOCAB):
         if data_dir is not None:
-            raise ValueError("W5 has no real-data reader: it runs on synthetic_nmt sentence pairs")
+            raise SyntheticOnly("W5 has no real-data reader: it runs on synthetic_nmt sentence pairs (drop --data)")
         super().__init__(hidden, data_dir, seed)
         pairs = synthetic_nmt(synthetic_train + synthetic_dev, seed=seed)
         train, dev = pairs[:synthetic_train], pairs[synthetic_train:]

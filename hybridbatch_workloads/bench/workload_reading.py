@@ -23,7 +23,7 @@ from ..data.vectors import synthetic_vectors
 from ..models.beam import beam_search
 from ..models.moe import MixtureOfExperts
 from ..models.parser import ArcHybridParser, ParserVocab, is_projective
-from .workload import ReadingWorkload, scaled
+from .workload import ReadingWorkload, SyntheticOnly, scaled
 from .workload_nmt import W5NMT
 from .workload_tagger import ud_ewt_sentences
 
@@ -85,7 +85,7 @@ class W8Gate(ReadingWorkload):
     def __init__(self, hidden=256, data_dir=None, seed=0, synthetic_train=4096, synthetic_dev=512,
                  experts=64, k=2):
         if data_dir is not None:
-            raise ValueError(f"{self.name} has no real-data reader: it runs on synthetic_vectors")
+            raise SyntheticOnly(f"{self.name} has no real-data reader: it runs on synthetic_vectors (drop --data)")
         super().__init__(hidden, data_dir, seed)
         self.k = k
         self.model = MixtureOfExperts(experts=experts, dim=hidden, k=k, classes=self.classes, seed=seed)
