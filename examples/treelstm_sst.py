@@ -6,8 +6,7 @@ same trees) is a recursive Python function over ONE tree;
 `--mode batched` records a minibatch inside `hb.batching()` and runs it in batches, `--mode
 eager` runs the same code tree by tree. Every epoch prints the mean training loss per tree,
 training throughput (forward + backward + SGD update, trees per second) and the root
-accuracy on the dev trees (5 classes; `--binary` also reports SST-2 accuracy on non-neutral
-roots).
+accuracy on the dev trees (5 classes) and the SST-2 accuracy on its non-neutral roots.
 
     python examples/treelstm_sst.py                                  # synthetic SST-shaped trees
     python examples/treelstm_sst.py --data ../shared/data/sst --limit 0 --epochs 1
@@ -29,16 +28,15 @@ from common import (add_batching_args, add_distributed_arg, load_or_exit, on_roo
 import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
-from hybridbatch_workloads.cli_args import int_at_least, positive_float  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least, output_file, positive_float  # noqa: E402
 from hybridbatch.train.parameter_dict import write_npz  # noqa: E402
 from hybridbatch_workloads.bench.registry import make_workload  # noqa: E402
 from hybridbatch_workloads.bench.workload_treelstm import CLASSES  # noqa: E402
-from hybridbatch_workloads.data.trees import Vocab, parse_ptb  # noqa: E402
+from hybridbatch_workloads.data.trees import MAX_TREE_DEPTH, Vocab, parse_ptb  # noqa: E402
 from hybridbatch_workloads.models.natural import NaturalTreeLSTM  # noqa: E402
 
 MODELS = {"treelstm": "W1", "natural": "W1-NATURAL", "treegru": "W4-TREEGRU", "2type": "W4-2TYPE",
           "mvrnn": "W4-MVRNN"}
-MAX_TREE_DEPTH = 400        # deeper would exhaust the recursion of NaturalTreeLSTM.encode
 
 
 class Model:
@@ -49,8 +47,8 @@ class Model:
 
     def __init__(self, params):
         with np.load(params, allow_pickle=False) as archive:
-            if "vocabulary" not in archive.files:
-                raise ValueError(f"{params} holds no vocabulary: save the model with "
+            if "vocabulary" not in archive.files or "embedding.weight" not in archive.files:
+                raise ValueError(f"{params} holds no plain W1 and its vocabulary: save the model with "
                                  "examples/treelstm_sst.py --model natural --save PATH")
             words = archive["vocabulary"].tolist()
             embed = archive["embedding.weight"].shape[1]
@@ -110,7 +108,7 @@ def main():
     ap.add_argument("--dev-limit", type=int_at_least(0), default=300, help="dev trees (0: all)")
     ap.add_argument("--lr", type=positive_float, default=0.05)
     ap.add_argument("--seed", type=int_at_least(0), default=0)
-    ap.add_argument("--save", metavar="PATH", help="write the trained model and vocabulary here (.npz)")
+    ap.add_argument("--save", metavar="PATH", type=output_file, help="write the trained model and vocabulary here (.npz)")
     args = ap.parse_args()
 
     workload = load_or_exit(lambda: make_workload(MODELS[args.model], hidden=args.hidden, data_dir=args.data,

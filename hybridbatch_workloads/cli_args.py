@@ -46,3 +46,29 @@ def positive_float(value):
     if not (math.isfinite(x) and x > 0):
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {value!r}")
     return x
+
+
+def output_file(value):
+    """An argparse type for --json, --plot, --save: a file path that can be written, its folder
+    created now. They are written after the run, which would otherwise die on a bad path
+    after minutes of measuring."""
+    folder = os.path.dirname(os.path.abspath(value))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write {value!r}: cannot create the folder {folder} "
+                                         f"({e.strerror})") from None
+    if os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"cannot write {value!r}: it is a folder")
+    target = os.path.realpath(value)        # a symlink's target: the file the probe may make
+    if os.path.exists(target) and not os.path.isfile(target):
+        return value                        # a pipe or device: opening it could block
+    existed = os.path.exists(target)
+    try:            # opening is the test: os.access says yes to root even in /proc
+        with open(target, "a"):
+            pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write {value!r}: {e.strerror}") from None
+    if not existed:
+        os.remove(target)
+    return value

@@ -12,6 +12,7 @@ import pytest
 
 import hybridbatch as hb
 from hybridbatch_workloads.data import (CLEVR_FUNCTIONS, UPOS_TAGS, DataFormatError, ProgramNode, Token, Tree, Vocab, parse_ptb, program_depth, read_clevr_programs, read_conllu, read_ptb_trees, shared_data_dir, synthetic_programs, synthetic_sst, synthetic_tagging, synthetic_words)
+from hybridbatch_workloads.data.trees import MAX_TREE_DEPTH
 
 
 # ---------------------------------------------------------------------------------------------
@@ -541,3 +542,14 @@ def test_real_clevr_program_counts():
     assert max(program_depth(p) for p in progs) == 11
     one = read_clevr_programs(_real("clevr_programs", "CLEVR_train_1_zero_hop.json"))
     assert len(one) == 150 and all(3 <= len(p) <= 6 for p in one)
+
+
+def test_a_tree_deeper_than_the_models_recurse_is_a_format_error(tmp_path):
+    """It passed the reader, and training died in a RecursionError."""
+    tree = "(1 a)"
+    for _ in range(MAX_TREE_DEPTH):
+        tree = f"(1 (1 a) {tree})"
+    path = tmp_path / "train.txt"
+    path.write_text("(1 (1 a) (1 b))\n" + tree + "\n")
+    with pytest.raises(DataFormatError, match=rf"train.txt:2: expected a tree at most {MAX_TREE_DEPTH} deep"):
+        read_ptb_trees(path)

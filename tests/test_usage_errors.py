@@ -122,7 +122,7 @@ def test_bench_unwritable_output_is_refused_before_the_run(tmp_path, capsys, fla
 def test_bench_output_probe_keeps_symlinks_and_does_not_open_pipes(tmp_path):
     """The writability probe made and removed the file itself: through a dangling symlink
     it made the target and removed the link; a FIFO without a reader blocked the parse."""
-    from hybridbatch_workloads.bench.cli import output_file
+    from hybridbatch_workloads.cli_args import output_file
     link = tmp_path / "w1.json"
     link.symlink_to(tmp_path / "results.json")
     assert output_file(str(link)) == str(link)

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from ..cli_args import int_at_least, policy_arg, positive_float
+from ..cli_args import int_at_least, output_file, policy_arg, positive_float
 from ..data import DataFormatError
 from hybridbatch.schedule import DEFAULT_POLICY, POLICIES
 from .harness import Config, run_benchmark, run_cold_start
@@ -40,32 +40,6 @@ batches executed against the lower bound, policy learning time, scheduling time 
 agenda and training throughput (not for search, whose planning is far slower than the
 rest); it writes a bar chart PNG.
 """
-
-
-def output_file(value):
-    """An argparse type for --json and --plot: a file path that can be written, its folder
-    created now. They are written after the run, which would otherwise die on a bad path
-    after minutes of measuring."""
-    folder = os.path.dirname(os.path.abspath(value))
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise argparse.ArgumentTypeError(f"cannot write {value!r}: cannot create the folder {folder} "
-                                         f"({e.strerror})") from None
-    if os.path.isdir(value):
-        raise argparse.ArgumentTypeError(f"cannot write {value!r}: it is a folder")
-    target = os.path.realpath(value)        # a symlink's target: the file the probe may make
-    if os.path.exists(target) and not os.path.isfile(target):
-        return value                        # a pipe or device: opening it could block
-    existed = os.path.exists(target)
-    try:            # opening is the test: os.access says yes to root even in /proc
-        with open(target, "a"):
-            pass
-    except OSError as e:
-        raise argparse.ArgumentTypeError(f"cannot write {value!r}: {e.strerror}") from None
-    if not existed:
-        os.remove(target)
-    return value
 
 
 def build_parser():

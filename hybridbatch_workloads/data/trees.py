@@ -255,10 +255,14 @@ def _read_text(path: str | os.PathLike) -> str:
         raise _utf8_error(e.object, os.fspath(path), e) from None     # e.object: without the mark
 
 
+MAX_TREE_DEPTH = 400     # the tree models recurse once a level: deeper would exhaust Python's recursion
+
+
 def read_ptb_trees(path: str | os.PathLike) -> list[Tree]:
     """Every tree of a PTB file, one tree a line (blank lines are skipped).
 
-    Errors are `DataFormatError` with the file name, line number and column."""
+    Errors are `DataFormatError` with the file name, line number and column; a tree deeper
+    than MAX_TREE_DEPTH is one (SST's deepest is 30)."""
     name = os.fspath(path)
     text = _read_text(path)
     trees = []
@@ -266,7 +270,11 @@ def read_ptb_trees(path: str | os.PathLike) -> list[Tree]:
         for i, line in enumerate(text.split("\n"), 1):
             if not line.strip(" \t\r"):
                 continue
-            trees.append(parse_ptb(line, filename=name, lineno=i))
+            tree = parse_ptb(line, filename=name, lineno=i)
+            if tree.depth > MAX_TREE_DEPTH:
+                raise DataFormatError(f"a tree at most {MAX_TREE_DEPTH} deep (the tree models recurse once a level)",
+                                      found=described(f"one {tree.depth} deep"), filename=name, lineno=i)
+            trees.append(tree)
     return trees
 
 
