@@ -49,7 +49,7 @@ def build_parser():
     ap.add_argument("workload", metavar="WORKLOAD", type=str.upper, choices=sorted(WORKLOADS) + ["POLICIES"],
                     help="one of " + ", ".join(WORKLOADS) + ", or policies")
     ap.add_argument("--workloads", default=",".join(POLICY_WORKLOADS),
-                    help="policies: comma-separated workloads (all)")
+                    help=f"policies: comma-separated workloads ({','.join(POLICY_WORKLOADS)})")
     ap.add_argument("--eval-batches", type=int_at_least(1), default=4,
                     help="policies: unseen minibatches each policy is judged on (4)")
     ap.add_argument("--no-throughput", action="store_true",

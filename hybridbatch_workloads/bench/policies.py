@@ -1,4 +1,4 @@
-"""`python -m hybridbatch.bench policies`: every scheduling policy on every workload.
+"""`python -m hybridbatch.bench policies`: every scheduling policy on each workload asked for (W1-W6 by default).
 
 Per workload, the learned policies are trained (`hb.learn_policy`) on the graphs of
 LEARN_BATCHES minibatches of training instances and judged on the next `eval_batches`
@@ -19,10 +19,9 @@ from hybridbatch.schedule import get_policy, lower_bound
 from hybridbatch.schedule.learn import capture_views, learn_policy
 from hybridbatch.schedule.offline.bounds import tight_lower_bound
 from .harness import Config, _NoBar, _minibatches, _progress_bar, train_batched
-from .registry import DEFAULT_GRANULARITY, make_workload
+from .registry import DEFAULT_GRANULARITY, SYNTHETIC_ONLY, make_workload
 
 WORKLOADS = ("W1", "W2", "W3", "W4-TREEGRU", "W4-2TYPE", "W4-MVRNN", "W5", "W6")
-REAL_DATA = {"W1", "W2", "W3", "W4-TREEGRU", "W4-2TYPE", "W4-MVRNN"}   # read --data; W5, W6: synthetic
 # row name -> a policy name for hb.batching, or ("learn", encoding)
 POLICIES = {
     "depth": "depth",
@@ -117,8 +116,7 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
 
     `workload`: an already built Workload to use instead of building `name` (the HTML report
     compares policies on the workload it ran, with its data options)."""
-    wl = workload if workload is not None else make_workload(
-        name, hidden=hidden, data_dir=data if name in REAL_DATA else None, seed=seed)
+    wl = workload if workload is not None else _workload(name, hidden, data, seed)
     wl.hybridize()
     granularity = DEFAULT_GRANULARITY.get(name, "op")
     pool = list(wl.train_instances())
@@ -157,8 +155,19 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
         trained = {row: p for row, p in policies.items() if row not in SEARCH_ONLY_ONCE}
         for row, figures in _training_runs(wl, trained, cfg, measured, lr).items():
             rows[row].update(figures)
-    return {"workload": name, "granularity": granularity, "eval_minibatches": eval_batches,
-            "lower_bound": bound, "tight_lower_bound": tight, "policies": rows}
+    return {"workload": name, "data_source": wl.data_source, "granularity": granularity,
+            "eval_minibatches": eval_batches, "lower_bound": bound, "tight_lower_bound": tight, "policies": rows}
+
+
+def _workload(name, hidden, data, seed):
+    """The workload on the real data under `data` where that folder holds its files, else on
+    its synthetic generator, said on stderr: one --data serves every workload compared."""
+    if data is not None and name not in SYNTHETIC_ONLY:
+        try:
+            return make_workload(name, hidden=hidden, data_dir=data, seed=seed)
+        except FileNotFoundError as e:
+            print(f"{name}: {e}; it runs on synthetic data", file=sys.stderr)
+    return make_workload(name, hidden=hidden, seed=seed)
 
 
 def compare_policies(workloads=WORKLOADS, progress=True, **options):

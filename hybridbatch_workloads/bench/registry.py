@@ -35,6 +35,9 @@ DEFAULT_GRANULARITY = {"W1": "block", "W2": "block", "W3": "block", "W4-TREEGRU"
                        "W9": "block", "W8-GATE": "block", "W8": "block", "BEAM": "block"}
 
 
+SYNTHETIC_ONLY = {"W5", "W8-GATE", "W8", "BEAM"}     # no real-data reader: they run on their generators
+
+
 class UnknownWorkload(LookupError):
     pass
 
