@@ -155,7 +155,8 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
         trained = {row: p for row, p in policies.items() if row not in SEARCH_ONLY_ONCE}
         for row, figures in _training_runs(wl, trained, cfg, measured, lr).items():
             rows[row].update(figures)
-    return {"workload": name, "data_source": wl.data_source, "granularity": granularity,
+    return {"workload": name, "data": getattr(wl, "data_source", None) or wl.data_dir or "synthetic",
+            "granularity": granularity,
             "eval_minibatches": eval_batches, "lower_bound": bound, "tight_lower_bound": tight, "policies": rows}
 
 
