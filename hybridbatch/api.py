@@ -645,7 +645,8 @@ argmin = _arg_reduction(R.ArgMin, """
 
 def topk(x, k, axis=-1):
     """(values, indices) of the k largest elements along `axis`, largest first (ties: lower
-    index first). The values have a gradient; the indices are int64, with none.
+    index first; NaN counts as largest, as for hb.max). The values have a gradient; the
+    indices are int64, with none.
 
     >>> values, indices = hb.topk(hb.array([0.1, 0.7, 0.2, 0.9]), 2)
     >>> values.asnumpy(), indices.asnumpy()

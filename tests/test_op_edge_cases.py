@@ -292,3 +292,40 @@ def test_integer_scalars_wrap_signed_values_as_numpy(fn):
 def test_an_integer_scalar_out_of_an_unsigned_range_is_refused(fn):
     """As numpy refuses a Python int its dtype cannot hold (it wraps only -x, x - n, n - x)."""
     _raises_at_the_call(fn, (np.array([1, 2], np.uint8),), match="fit in uint8")
+
+
+@pytest.mark.parametrize("mode", ["eager", "block", "op"])
+def test_a_float16_mean_sums_in_float32_as_numpy_does(mode):
+    """The float16 sum overflowed past 65504 (inf), and a count past it made the mean NaN
+    and its gradient 0."""
+    big = np.full(4096, 20, np.float16)
+    ones = hb.Parameter("ones", (70000,), init=1.0, dtype=np.float16)
+
+    def means():
+        return hb.mean(hb.array(big)), hb.mean(ones)
+
+    if mode == "eager":
+        a, b = means()
+    else:
+        with hb.batching(granularity=mode):
+            a, b = means()
+    assert a.item() == np.mean(big) == 20.0 and b.item() == 1.0
+    b.backward()
+    np.testing.assert_array_equal(ones.grad, np.full(70000, np.float16(1 / 70000)))
+
+
+@pytest.mark.parametrize("mode", ["eager", "op"])
+def test_topk_counts_nan_as_largest_as_max_and_argmax_do(mode):
+    """NaN sorted last: topk(x, 1) gave 2.0 where max gave NaN, and check_numerics saw nothing."""
+    x = np.array([1.0, np.nan, 2.0, np.nan], np.float32)
+
+    def picks():
+        return hb.topk(hb.array(x), 3), hb.argmax(hb.array(x))
+
+    if mode == "eager":
+        (values, indices), first = picks()
+    else:
+        with hb.batching(granularity=mode):
+            (values, indices), first = picks()
+    assert indices.asnumpy().tolist() == [1, 3, 2] and int(first) == 1 == int(np.argmax(x))
+    assert np.isnan(values.asnumpy()[:2]).all() and values.asnumpy()[2] == 2.0

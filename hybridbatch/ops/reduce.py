@@ -76,7 +76,9 @@ class Sum(_Reduce):
 
 @register
 class Mean(type(Sum)):
-    """The mean over the axes: the sum divided by the count (floats only, as the value is one)."""
+    """The mean over the axes: the sum divided by the count (floats only, as the value is one).
+    float16 sums and divides in float32, rounding once, as numpy's mean: its sum overflows
+    past 65504, and a count past it is inf (the gradient then 0)."""
     name = "mean"
 
     def infer(self, attrs, shapes, dtypes):
@@ -92,12 +94,19 @@ class Mean(type(Sum)):
         return int(np.prod([shape[a] for a in _reduced(sig.attrs, len(shape))], dtype=np.int64))
 
     def forward(self, xp, sig, xs, aux):
-        y = super().forward(xp, sig, xs, aux)
-        y /= y.dtype.type(self.count(sig))
-        return y
+        wide = _accumulator(sig.out_dtype)
+        y = self.reduce(xs[0], self.batch_axes(sig), wide)
+        y /= wide.type(self.count(sig))
+        return y.astype(sig.out_dtype, copy=False).reshape((y.shape[0],) + sig.out_shape)
 
     def backward(self, xp, sig, xs, aux, y, gy, needs):
-        return (xp.broadcast_to(_expanded(gy, sig) / gy.dtype.type(self.count(sig)), xs[0].shape).copy(),)
+        share = _expanded(gy, sig).astype(_accumulator(gy.dtype), copy=False) / self.count(sig)
+        return (xp.broadcast_to(share.astype(gy.dtype, copy=False), xs[0].shape).copy(),)
+
+
+def _accumulator(dtype):
+    """The dtype a mean of `dtype` sums in: float32 for float16, else itself."""
+    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(dtype)
 
 
 @register
@@ -192,8 +201,9 @@ class ArgMin(_ArgExtreme):
 @register
 class TopK(Op):
     """The k largest elements along one axis, largest first (ties: the lower index first),
-    attrs (k, axis, "values" | "indices"): hb.topk records one node of each. The values'
-    gradient goes back to the elements they came from; the indices are int64, with none."""
+    attrs (k, axis, "values" | "indices"): hb.topk records one node of each. NaN counts as
+    largest, as for max and argmax (tied with +inf, in index order). The values' gradient
+    goes back to the elements they came from; the indices are int64, with none."""
     name = "topk"
     zero_exact = True
 
@@ -208,9 +218,16 @@ class TopK(Op):
     @staticmethod
     def indices(xp, sig, x):
         k, axis = sig.attrs[0], sig.attrs[1] + 1
-        # descending, ties in index order: -x for floats; ~x for integers and bools, which
-        # reverses their order where negating wraps (unsigned values, the signed minimum)
-        order = xp.argsort(-x if x.dtype.kind == "f" else ~x, axis=axis, kind="stable")
+        # descending, ties in index order: -x for floats (NaN first); ~x for integers and
+        # bools, which reverses their order where negating wraps (unsigned values, the
+        # signed minimum)
+        if x.dtype.kind == "f":
+            key = -x
+            if xp.isnan(x).any():
+                key = xp.where(xp.isnan(x), -xp.inf, key)
+        else:
+            key = ~x
+        order = xp.argsort(key, axis=axis, kind="stable")
         return order.take(xp.arange(k), axis=axis)
 
     def forward(self, xp, sig, xs, aux):
