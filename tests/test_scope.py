@@ -1,11 +1,13 @@
 """The batching scope: laziness, flushes, incremental recording, errors at the recording line."""
 import contextlib
 import inspect
+import re
 
 import numpy as np
 import pytest
 
 import hybridbatch as hb
+from hybridbatch import nn
 
 
 @pytest.fixture
@@ -416,3 +418,22 @@ def test_a_list_holding_values_is_refused_as_a_constant(in_scope):
             go()
     else:
         go()
+
+
+@pytest.mark.parametrize("granularity", ["op", "block"])
+def test_check_numerics_names_a_nan_that_was_there_before_the_op(granularity):
+    """A NaN in a parameter or a constant array was blamed on the op that read it."""
+    W = hb.Parameter("W", (3, 3), init=0.5)
+    data = W.data.copy()
+    data[1, 1] = np.nan
+    W.data = data
+    dense = nn.Dense(3, 3, seed=0)
+    dense.hybridize()
+    dense.weight.data = np.where(np.eye(3) > 0, np.inf, dense.weight.data)
+    cases = [(lambda: hb.tanh(W @ np.ones(3, np.float32)), "matmul read NaN/inf already in parameter 'W'"),
+             (lambda: hb.array(np.array([1, np.nan], np.float32)) * 2.0, "read NaN/inf already in its operand 0"),
+             (lambda: dense(np.ones(3, np.float32)), "read NaN/inf already in parameter 'weight'")]
+    for record, message in cases:
+        with pytest.raises(hb.NumericsError, match=re.escape(message)):
+            with hb.batching(check_numerics=True, granularity=granularity):
+                record()

@@ -102,7 +102,10 @@ def _run_batches(plan, arenas, xp, origin):
                 raise AssertionError(f"kernel {op.name} returned {yj.shape}, expected {dst.shape}")
             if origin is not None and not xp.isfinite(yj).all():   # check_numerics
                 row = first_bad_row(yj, xp)
-                raise_numerics(plan, b, sig, origin, "produced NaN/inf" + _inside(plan, arenas, b, sig, row, xp), row)
+                given = _nonfinite_operand(plan, b, sig, xs, row, xp)
+                what = (f"read NaN/inf already in {given}" if given is not None
+                        else "produced NaN/inf" + _inside(plan, arenas, b, sig, row, xp))
+                raise_numerics(plan, b, sig, origin, what, row)
             if yj is not dst:       # written in place by a writes_out op
                 dst[...] = yj
         if prof is not None:
@@ -117,6 +120,21 @@ def _running(plan, b, origin):
     if origin is None:
         return text + "; hb.batching(check_numerics=True) names the line that recorded each node"
     return text + f", its first node recorded at {origin[plan.start + int(plan.batch_nodes(b)[0])]}"
+
+
+def _nonfinite_operand(plan, b, sig, xs, row, xp):
+    """Where row `row` of batch b read a NaN/inf that was there before it ran: a Parameter
+    (the op's or, for a block call, one its program reads) or an operand (a constant array:
+    a computed one would have been caught where it was made), as text; None otherwise."""
+    op = sig.op
+    for j, (x, pid) in enumerate(zip(xs, sig.params)):
+        if pid is None and x.dtype.kind == "f" and not xp.isfinite(x if op.ragged else x[row]).all():
+            return f"its operand {plan.recorded_operand(b, j)}"
+    for pid in op.params_used(sig):
+        p = by_id(pid)
+        if p.dtype.kind == "f" and not xp.isfinite(p.data).all():
+            return f"parameter {p.name!r}"
+    return None
 
 
 def _inside(plan, arenas, b, sig, row, xp):
