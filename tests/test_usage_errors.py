@@ -177,6 +177,26 @@ def test_bench_flag_that_does_not_apply_is_a_usage_error(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("outputs, message", [
+    (["W1", "--sweep", "batch", "--json", "{d}/out.png"], "--json and the plot beside --json name one file"),
+    (["W1", "--json", "{d}/out.json", "--report", "{d}/out.json"], "--json and --report name one file"),
+    (["W1", "--sweep", "batch", "--plot", "{d}/p.png", "--report", "{d}/p.png"], "--plot and --report name one file"),
+])
+def test_bench_outputs_naming_one_file_are_a_usage_error(tmp_path, capsys, outputs, message):
+    """The later output overwrote the earlier one, both reported as written."""
+    from hybridbatch_workloads.bench import cli
+    with pytest.raises(SystemExit) as e:
+        cli.main([a.format(d=tmp_path) for a in outputs] + ["--no-progress"])
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_data_for_a_synthetic_only_workload_is_one_line(capsys):
+    from hybridbatch_workloads.bench import cli
+    assert cli.main(["W5", "--data", ".", *BENCH_TINY]) == 2
+    assert "error: W5 has no real-data reader" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("workloads", [",", " ", ""])
 def test_policies_with_no_workload_named_is_an_error(tmp_path, capsys, workloads):
     """`--workloads ,` compared nothing and wrote an empty table, plot and JSON."""

@@ -149,6 +149,22 @@ def _finite(obj):
     return obj
 
 
+def check_outputs_differ(ap, args):
+    """A usage error where two outputs (--json, --plot or its default next to --json,
+    --report) would be one file: the later one overwrote the other."""
+    plots = args.sweep or args.workload == "POLICIES"
+    outputs = [("--json", args.json), ("--plot", args.plot), ("--report", args.report)]
+    if plots and args.json and not args.plot:
+        outputs.append(("the plot beside --json", os.path.splitext(args.json)[0] + ".png"))
+    seen = {}
+    for flag, path in outputs:
+        if path is None:
+            continue
+        other = seen.setdefault(os.path.realpath(path), flag)
+        if other != flag:
+            ap.error(f"{other} and {flag} name one file, {path}: give them different paths")
+
+
 def _write_json(path, obj):
     with open(path, "w") as f:
         json.dump(_finite(obj), f, indent=2, allow_nan=False)
@@ -202,6 +218,7 @@ def main(argv=None):
     ap = build_parser()
     args = ap.parse_args(argv)
     check_flags_apply(ap, args)
+    check_outputs_differ(ap, args)
     cfg = config_from_args(args)
     progress = not args.no_progress
     try:
