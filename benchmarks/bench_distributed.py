@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.cli_args import summary  # noqa: E402
 
 one_thread()
 
@@ -122,7 +123,7 @@ def scaling(one, two):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--data", help="folder holding sst/ and ud_english_ewt/ (default: synthetic data)")
     ap.add_argument("--workloads", nargs="+", default=["W1", "W2"], choices=sorted(OPTIONS))
     ap.add_argument("--runs", nargs="+", default=["1x64", "2x64", "2x32"], help="RANKSxPER_RANK")

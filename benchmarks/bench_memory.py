@@ -22,6 +22,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import hybridbatch as hb                                  # noqa: E402
+from hybridbatch_workloads.cli_args import summary        # noqa: E402
 from hybridbatch.train import parameter as _parameter
 from hybridbatch.record import signature as _signature   # noqa: E402
 from hybridbatch.schedule import DEFAULT_POLICY             # noqa: E402
@@ -44,7 +45,7 @@ def peak_rss_mb():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--checkpoints", default="100,1000,5000,10000")
     ap.add_argument("--batch", type=int, default=8, help="sequences per step")

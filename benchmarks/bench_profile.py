@@ -12,6 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.cli_args import summary  # noqa: E402
 
 one_thread()
 
@@ -37,7 +38,7 @@ def steps(wl, trainer, minibatches):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--data", help="folder holding SST's train.txt (synthetic trees otherwise)")

@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.cli_args import summary  # noqa: E402
 
 one_thread()
 
@@ -225,7 +226,7 @@ def plan_ms(scope, repeat):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--nodes", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--hidden", type=int, default=32, help="hidden size of the recorded chains")

@@ -14,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.cli_args import summary  # noqa: E402
 
 one_thread()
 
@@ -21,8 +22,8 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from hybridbatch_workloads.bench.policies import REAL_DATA  # noqa: E402
-from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY, make_workload  # noqa: E402
+from hybridbatch_workloads.bench.policies import data_of, workload_on  # noqa: E402
+from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY  # noqa: E402
 from hybridbatch.schedule import critical_path, lower_bound  # noqa: E402
 from hybridbatch.schedule.learn import capture_views  # noqa: E402
 from hybridbatch.schedule.offline.bounds import tight_lower_bound  # noqa: E402
@@ -32,14 +33,14 @@ BATCH = 64
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--workload", default="W4-2TYPE")
     ap.add_argument("--minibatches", type=int, default=40)
     ap.add_argument("--widths", default="1,4,16", help="comma-separated beam widths")
     ap.add_argument("--data", default=None, help="the shared data folder (SST trees for W1-W4)")
     args = ap.parse_args()
     name = args.workload.upper()
-    wl = make_workload(name, data_dir=args.data if name in REAL_DATA else None)
+    wl = workload_on(name, args.data)
     wl.hybridize()
     pool = list(wl.train_instances())[:BATCH * args.minibatches]
     views = capture_views(wl.loss, pool, DEFAULT_GRANULARITY.get(name, "op"), batch_size=BATCH)
@@ -52,7 +53,7 @@ def main():
             out["seconds_per_minibatch"] = seconds / len(views)
         return out
 
-    result = {"workload": name, "minibatches": len(views), "data": args.data if name in REAL_DATA else "synthetic",
+    result = {"workload": name, "minibatches": len(views), "data": data_of(wl),
               "lower_bound": bound, "tight_lower_bound": tight,
               "critical_path": row(sum(len(critical_path(v)[1]) - 1 for v in views))}
     for width in (int(w) for w in args.widths.split(",")):

@@ -43,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from hybridbatch_workloads.bench.machine import machine_info, one_thread, pinned  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.cli_args import summary  # noqa: E402
 
 one_thread()
 
@@ -294,7 +295,7 @@ def plot(results, path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--data", help="the shared data folder (its sst/); default synthetic trees")
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -332,9 +333,9 @@ def main():
                    **measure(args, params, bodies, expected)}
         if args.rss_requests:
             results["rss"] = memory(args, params, bodies, expected)
-    summary = _acceptance(results, args)
-    results["acceptance"] = summary
-    print(json.dumps(summary, indent=1))
+    acceptance = _acceptance(results, args)
+    results["acceptance"] = acceptance
+    print(json.dumps(acceptance, indent=1))
     if args.plot:
         plot(results, args.plot)
     if args.json:

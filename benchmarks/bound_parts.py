@@ -17,6 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.cli_args import summary  # noqa: E402
 
 one_thread()
 
@@ -24,8 +25,8 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from hybridbatch_workloads.bench.policies import REAL_DATA, judged_views  # noqa: E402
-from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY, make_workload  # noqa: E402
+from hybridbatch_workloads.bench.policies import judged_views, workload_on  # noqa: E402
+from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY  # noqa: E402
 from hybridbatch.schedule import lower_bound  # noqa: E402
 from hybridbatch.schedule.offline.automata import part_bound  # noqa: E402
 from hybridbatch.schedule.offline.bounds import tight_lower_bound  # noqa: E402
@@ -34,7 +35,7 @@ BATCH = 64
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--workload", default="W6")
     ap.add_argument("--parts", type=int, default=6, help="the K parts with the longest schedules")
     ap.add_argument("--limit", type=int, default=40_000_000, help="A* expansions per minibatch")
@@ -44,7 +45,7 @@ def main():
     if args.parts < 2:
         ap.error("--parts must be >= 2")
     name = args.workload.upper()
-    wl = make_workload(name, data_dir=args.data if name in REAL_DATA else None)
+    wl = workload_on(name, args.data)
     wl.hybridize()
     views = judged_views(wl, list(wl.train_instances()), BATCH, args.eval_batches,
                          DEFAULT_GRANULARITY.get(name, "op"))

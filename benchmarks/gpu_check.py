@@ -28,6 +28,7 @@ import hybridbatch as hb  # noqa: E402
 from hybridbatch.runtime import backend  # noqa: E402
 from hybridbatch.train.optim import Trainer  # noqa: E402
 from hybridbatch_workloads.bench.workload_treelstm import W1TreeLSTM  # noqa: E402
+from hybridbatch_workloads.cli_args import summary  # noqa: E402
 
 
 def trainer_steps(steps):
@@ -48,7 +49,7 @@ def trainer_steps(steps):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="profile N cupy steps after the timed ones")
     args = ap.parse_args()

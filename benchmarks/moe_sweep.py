@@ -32,6 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from hybridbatch_workloads.bench.machine import one_thread  # noqa: E402  (numpy not yet)
+from hybridbatch_workloads.cli_args import summary  # noqa: E402
 
 one_thread()
 
@@ -155,7 +156,7 @@ def plot(points, path):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--experts", type=int_list, default=[16, 64, 256, 1024])
     ap.add_argument("--batches", type=int_list, default=[64, 256, 1024, 4096])
     ap.add_argument("--k", type=int_at_least(1), default=2)

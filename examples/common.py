@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 
 import hybridbatch as hb  # noqa: E402
 from hybridbatch.record.scope import GRANULARITIES  # noqa: E402
-from hybridbatch_workloads.cli_args import int_at_least, policy_arg, positive_float  # noqa: E402
+from hybridbatch_workloads.cli_args import int_at_least, policy_arg, positive_float, summary  # noqa: E402,F401
 from hybridbatch_workloads.data import DataFormatError  # noqa: E402
 from hybridbatch.schedule import DEFAULT_POLICY, POLICIES  # noqa: E402
 
@@ -210,11 +210,6 @@ def report_agreement(outcome):
     else:
         print(f"eager and batched differ: losses {eager_losses} vs {batched_losses}, "
               f"{differ} of {len(eager_out)} held-out predictions")
-
-
-def summary(doc):
-    """A module docstring's first paragraph on one line: an example's --help description."""
-    return " ".join(doc.split("\n\n")[0].split())
 
 
 def example_parser(description, *, epochs, batch, hidden, limit, dev, lr, what, hidden_help=None,

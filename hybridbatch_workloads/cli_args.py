@@ -72,3 +72,8 @@ def output_file(value):
     if not existed:
         os.remove(target)
     return value
+
+
+def summary(doc):
+    """A module docstring's first paragraph on one line: a command's --help description."""
+    return " ".join(doc.split("\n\n")[0].split())

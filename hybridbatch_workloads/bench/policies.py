@@ -116,7 +116,7 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
 
     `workload`: an already built Workload to use instead of building `name` (the HTML report
     compares policies on the workload it ran, with its data options)."""
-    wl = workload if workload is not None else _workload(name, hidden, data, seed)
+    wl = workload if workload is not None else workload_on(name, data, hidden=hidden, seed=seed)
     wl.hybridize()
     granularity = DEFAULT_GRANULARITY.get(name, "op")
     pool = list(wl.train_instances())
@@ -155,12 +155,12 @@ def compare_workload(name, hidden=256, batch=64, eval_batches=4, measure=True, d
         trained = {row: p for row, p in policies.items() if row not in SEARCH_ONLY_ONCE}
         for row, figures in _training_runs(wl, trained, cfg, measured, lr).items():
             rows[row].update(figures)
-    return {"workload": name, "data": getattr(wl, "data_source", None) or wl.data_dir or "synthetic",
+    return {"workload": name, "data": data_of(wl),
             "granularity": granularity,
             "eval_minibatches": eval_batches, "lower_bound": bound, "tight_lower_bound": tight, "policies": rows}
 
 
-def _workload(name, hidden, data, seed):
+def workload_on(name, data, hidden=256, seed=0):
     """The workload on the real data under `data` where that folder holds its files, else on
     its synthetic generator, said on stderr: one --data serves every workload compared."""
     if data is not None and name not in SYNTHETIC_ONLY:
@@ -169,6 +169,11 @@ def _workload(name, hidden, data, seed):
         except FileNotFoundError as e:
             print(f"{name}: {e}; it runs on synthetic data", file=sys.stderr)
     return make_workload(name, hidden=hidden, seed=seed)
+
+
+def data_of(wl):
+    """What a workload runs on, as the harness names it: its data source, folder, or synthetic."""
+    return getattr(wl, "data_source", None) or wl.data_dir or "synthetic"
 
 
 def compare_policies(workloads=WORKLOADS, progress=True, **options):
