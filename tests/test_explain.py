@@ -199,3 +199,34 @@ def test_a_chain_of_a_signature_that_batched_elsewhere_is_not_called_its_own():
     reasons = "\n".join(_reasons(scope))
     assert "its signature ran in 3 batches (5 nodes)" in reasons
     assert "; and its signature ran in 3 batches" not in reasons
+
+
+def test_a_signature_the_policy_spread_past_its_longest_chain_is_named():
+    """A CRF's forward pass over a GRU's emissions: critical path runs the emission layer
+    once per step (its nodes never depend on each other), which the report did not say."""
+    rnn, out = nn.GRUCell(3, 3, seed=2), nn.Dense(2, 3, seed=3)
+    rnn.hybridize()
+    out.hybridize()
+    trans = hb.Parameter("trans", (2, 2), rng=np.random.default_rng(4))
+
+    def loss(xs):
+        h, emissions = hb.array(np.zeros(3, np.float32)), []
+        for x in xs:
+            h = rnn(x, h)
+            emissions.append(out(h))
+        alpha = emissions[0]
+        for e in emissions[1:]:
+            alpha = hb.logsumexp(hb.expand_dims(alpha, 1) + trans, axis=0) + e
+        return hb.logsumexp(alpha)
+
+    rng = np.random.default_rng(0)
+    data = [[rng.standard_normal(3).astype(np.float32) for _ in range(n)] for n in (2, 3, 4, 5, 6, 6)]
+    with hb.batching(policy="critical-path", granularity="block") as scope:
+        hb.add_n([loss(xs) for xs in data])
+    report = scope.explain()
+    dense = next(s for s in report.signatures if s.description.startswith("block:Dense"))
+    assert dense.chain == 1 and dense.flushes == 1 and dense.batches > 1
+    assert f"block:Dense((3,); ()) -> (2,): {dense.batches} batches, its longest chain 1" in str(report)
+    with hb.batching(policy="greedy-frontier", granularity="block") as scope:
+        hb.add_n([loss(xs) for xs in data])
+    assert "ran in more batches than their longest chain" not in str(scope.explain())

@@ -8,7 +8,9 @@ show: an op that never batches (`py_func`), the only node of its signature in it
 (named further when the op ran on other shapes, with another number of operands or with
 other Parameters there, or when a read or an hb.map round forced that flush while its
 signature ran in other flushes), or a signature the flush ran in
-several batches (dependencies, or the policy's order). And the signatures that read alike
+several batches (dependencies, or the policy's order). The signatures a flush ran in more
+batches than their longest chain of dependent nodes (Eq. 2's term for them: the policy's
+order, not their dependencies, spread them). And the signatures that read alike
 but ran apart because their Parameters differ (the experts of a mixture: one block class,
 one instance each). It reads the scope's plans after the fact; nothing is collected while
 recording or running unless a profile is active.
@@ -19,7 +21,7 @@ import statistics
 from collections import Counter, defaultdict
 
 from ..record import signature
-from .plan import SLICE
+from .plan import SLICE, graph_chains
 
 SINGLES_SHOWN = 20      # singles listed by str(); as_dict() keeps them all
 _PARAMETER_ID = re.compile(r"param#\d+")     # in a description: which Parameter, left out to compare forms
@@ -38,6 +40,8 @@ class SignatureReport:
     bytes_written: int      # output rows
     forward_seconds: float | None     # where hb.profile() timed its batches, else None
     backward_seconds: float | None
+    chain: int              # its longest chain of dependent nodes: the fewest batches it could take
+    flushes: int            # the flushes it ran in
 
 
 @dataclasses.dataclass
@@ -85,6 +89,12 @@ class Explanation:
             lines.append(f"{s.batches:>7} {s.nodes:>7} {f'{s.smallest}/{s.median:g}/{s.largest}':>21} "
                          f"{_size(s.bytes_gathered):>10} {_size(s.bytes_written):>10} {_time(s.forward_seconds):>10} "
                          f"{_time(s.backward_seconds):>10}  {s.description}")
+        spread = [s for s in self.signatures if s.flushes == 1 and 0 < s.chain < s.batches]
+        if spread:
+            lines += ["", "ran in more batches than their longest chain of dependent nodes (the policy's order: "
+                          "policy=\"greedy-frontier\" or \"search\" may run them in fewer):"]
+            for s in spread:
+                lines.append(f"  {s.description}: {s.batches} batches, its longest chain {s.chain}")
         if self.apart:
             lines += ["", "ran apart because their Parameters differ (a batch shares its Parameters):"]
             for a in self.apart:
@@ -143,12 +153,13 @@ def explain(scope):
                     reason += f"; recorded at {line}"
                 singles.append(Single(k, node, sigs[s].describe(), reason))
     reports = []
+    chains = graph_chains(scope.graph, scope.flushed)
     for s, rows in batches.items():
         sizes = [r[0] for r in rows]
         reports.append(SignatureReport(sigs[s].describe(), len(rows), sum(sizes), min(sizes),
                                        statistics.median(sizes), max(sizes), sum(r[1] for r in rows),
                                        sum(r[2] for r in rows), _seconds(r[3] for r in rows),
-                                       _seconds(r[4] for r in rows)))
+                                       _seconds(r[4] for r in rows), chains.get(s, 0), len(flushes_of[s])))
     reports.sort(key=lambda r: (-r.batches, -r.nodes))
     alike = defaultdict(list)
     for r in reports:

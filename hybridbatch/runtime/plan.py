@@ -17,7 +17,7 @@ from ..ops.index import Lookup
 from ..ops.shape import Input, Output
 from .plan_cache import CACHE
 from ..schedule import GraphView, lower_bound
-from ..schedule.lower_bound import _lower_bound
+from ..schedule.lower_bound import _chains, _lower_bound
 from .type_keys import type_keys
 from . import backend, memory
 from ..record import signature
@@ -132,12 +132,27 @@ def graph_lower_bound(graph, stop):
     whatever flushes they ran in; stop is where a flush ended."""
     if not stop:
         return 0
+    return int(_lower_bound(*_bound_arrays(graph, stop)[1:]))
+
+
+def graph_chains(graph, stop):
+    """{signature id: the longest chain of its nodes} over nodes [0, stop) of graph, as one
+    graph: each batchable signature's term of the bound, the fewest batches it can run in."""
+    if not stop:
+        return {}
+    usig, *arrays = _bound_arrays(graph, stop)
+    chains, _ = _chains(*arrays)
+    return dict(zip(usig.tolist(), chains.tolist()))
+
+
+def _bound_arrays(graph, stop):
+    """(the signature ids present, then the bound's arguments) for nodes [0, stop) of graph."""
     sig, _, arg_ptr, args = _nodes(graph.calls_until(stop), 0)
     usig, sig_local = _compact(sig, len(signature.SIGS))
     ops = [signature.SIGS[s].op for s in usig.tolist()]
     executable = np.array([op.executed for op in ops], np.bool_)[sig_local]
     unbatchable = np.array([not op.batchable for op in ops], np.bool_)
-    return int(_lower_bound(sig_local, executable, unbatchable, arg_ptr, args, len(ops)))
+    return usig, sig_local, executable, unbatchable, arg_ptr, args, len(ops)
 
 
 @njit(cache=True)

@@ -10,6 +10,14 @@ from numba import njit
 
 @njit(cache=True)
 def _lower_bound(sig, executable, unbatchable, arg_ptr, args, n_sigs):
+    chains, extra = _chains(sig, executable, unbatchable, arg_ptr, args, n_sigs)
+    return extra + chains.sum()
+
+
+@njit(cache=True)
+def _chains(sig, executable, unbatchable, arg_ptr, args, n_sigs):
+    """(per signature its longest chain of executed nodes, 0 for an unbatchable one; the
+    unbatchable nodes' count): Eq. 2's terms."""
     n = sig.shape[0]
     first = np.full(n_sigs, n, np.int64)     # per signature: its first and last executed node
     last = np.full(n_sigs, -1, np.int64)
@@ -23,7 +31,7 @@ def _lower_bound(sig, executable, unbatchable, arg_ptr, args, n_sigs):
                     first[sig[v]] = v
                 last[sig[v]] = v
     longest = np.zeros(n, np.int64)          # all zero between passes
-    total = extra
+    chains = np.zeros(n_sigs, np.int64)
     for s in range(n_sigs):
         if last[s] < 0:
             continue
@@ -41,8 +49,8 @@ def _lower_bound(sig, executable, unbatchable, arg_ptr, args, n_sigs):
             if m > best:
                 best = m
         longest[first[s]:last[s] + 1] = 0
-        total += best
-    return total
+        chains[s] = best
+    return chains, extra
 
 
 def lower_bound(view):
