@@ -205,8 +205,12 @@ def report_agreement(outcome):
     (eager_losses, eager_out), (batched_losses, batched_out) = outcome["eager"], outcome["batched"]
     same_losses = np.allclose(batched_losses, eager_losses, rtol=1e-4)
     differ = sum(not _agree(a, b) for a, b in zip(eager_out, batched_out))
-    if same_losses and not differ:
-        print("eager and batched agree: training losses and every held-out prediction")
+    compared = [what for what, n in (("training losses", len(eager_losses)),
+                                     ("every held-out prediction", len(eager_out))) if n]
+    if not compared:
+        print("eager and batched: nothing to compare (no epochs trained, no held-out instances)")
+    elif same_losses and not differ:
+        print(f"eager and batched agree: {' and '.join(compared)}")
     else:
         print(f"eager and batched differ: losses {eager_losses} vs {batched_losses}, "
               f"{differ} of {len(eager_out)} held-out predictions")

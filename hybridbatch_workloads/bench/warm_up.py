@@ -16,7 +16,9 @@ import io
 import sys
 import time
 
+from ..cli_args import int_at_least
 from .machine import rerun_on_one_thread
+from .registry import WORKLOADS
 
 WARMED = ("W1", "CHILDSUM")
 RUN = ["--instances", "8", "--warmup", "0", "--eager-instances", "8", "--eager-warmup", "0", "--repeats", "1",
@@ -42,8 +44,10 @@ def main(workloads=WARMED, hidden=None):
 
 if __name__ == "__main__":
     rerun_on_one_thread("hybridbatch_workloads.bench.warm_up")
-    ap = argparse.ArgumentParser(description="compile what the benchmark's models need, into the caches")
-    ap.add_argument("workloads", nargs="*", help=f"workloads to warm ({' '.join(WARMED)})")
-    ap.add_argument("--hidden", type=int, help="their hidden size (each workload's default)")
+    ap = argparse.ArgumentParser(prog="python -m hybridbatch_workloads.bench.warm_up",
+                                 description="compile what the benchmark's models need, into the caches")
+    ap.add_argument("workloads", nargs="*", type=str.upper, choices=sorted(WORKLOADS), metavar="WORKLOAD",
+                    help=f"workloads to warm ({' '.join(WARMED)})")
+    ap.add_argument("--hidden", type=int_at_least(1), help="their hidden size (each workload's default)")
     args = ap.parse_args()
-    sys.exit(main([w.upper() for w in args.workloads] or WARMED, args.hidden))
+    sys.exit(main(args.workloads or WARMED, args.hidden))

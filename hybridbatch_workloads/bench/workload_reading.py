@@ -32,8 +32,12 @@ __all__ = ["W9Parser", "W8Gate", "W8", "Beam"]
 
 class W9Parser(ReadingWorkload):
     name = "W9"
-    description = ("BIST arc-hybrid parser (UD EWT): word 100 + POS 25, BiLSTM 2 x 200, MLP 100 over "
-                   "s2 s1 s0 b0, reading the scores at every transition; static-oracle hinge loss")
+
+    @property
+    def description(self):
+        words, tags = self.model.word_embedding.weight.shape[1], self.model.tag_embedding.weight.shape[1]
+        return (f"BIST arc-hybrid parser (UD EWT): word {words} + POS {tags}, BiLSTM 2 x {self.lstm}, MLP "
+                f"{self.mlp} over s2 s1 s0 b0, reading the scores at every transition; static-oracle hinge loss")
 
     def __init__(self, hidden=256, data_dir=None, seed=0, train_sentences=None, dev_sentences=None,
                  synthetic_train=4000, synthetic_dev=500, min_count=2):
@@ -77,10 +81,14 @@ class W9Parser(ReadingWorkload):
 
 class W8Gate(ReadingWorkload):
     name = "W8-GATE"
-    description = ("mixture of 64 experts (256 -> 256 relu -> 256), top-2 gate read per example, "
-                   "10-class classifier on the mixture")
     data_source = "synthetic_vectors"
     classes = 10
+
+    @property
+    def description(self):
+        d = self.hidden
+        return (f"mixture of {self.model.n_experts:,} experts ({d} -> {d} relu -> {d}), top-{self.k} gate read "
+                f"per example, {self.classes}-class classifier on the mixture")
 
     def __init__(self, hidden=256, data_dir=None, seed=0, synthetic_train=4096, synthetic_dev=512,
                  experts=64, k=2):
@@ -109,8 +117,6 @@ class W8Gate(ReadingWorkload):
 
 class W8(W8Gate):
     name = "W8"
-    description = ("mixture of 1,024 experts (256 -> 256 relu -> 256), top-2 gate read per example, "
-                   "10-class classifier on the mixture")
 
     def __init__(self, hidden=256, data_dir=None, seed=0, synthetic_train=8192, synthetic_dev=512,
                  experts=1024, k=2):

@@ -99,12 +99,19 @@ class _TaggerWorkload(Workload):
 
 class W2Tagger(_TaggerWorkload):
     name = "W2"
-    description = "BiLSTM UPOS tagger (UD EWT), embedding 256, BiLSTM 256+256, rare words -> UNK"
     chars = False
+
+    @property
+    def description(self):
+        return (f"BiLSTM UPOS tagger (UD EWT), embedding {self.hidden}, BiLSTM {self.hidden}+{self.hidden}, "
+                f"rare words -> UNK")
 
 
 class W3Tagger(_TaggerWorkload):
     name = "W3"
-    description = ("BiLSTM UPOS tagger (UD EWT) with a character BiLSTM (64 / 128+128) "
-                   "for words seen < 5 times")
     chars = True
+
+    @property
+    def description(self):
+        return (f"BiLSTM UPOS tagger (UD EWT) with a character BiLSTM ({self.char_embed} / "
+                f"{self.char_hidden}+{self.char_hidden}) for words seen < 5 times")
