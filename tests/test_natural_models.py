@@ -116,6 +116,7 @@ def test_cold_start_reports_three_passes():
     for part in ("cold", "next", "steady"):
         assert res[part]["instances"] == 4 and res[part]["throughput"] > 0
     assert 0 < res["cold"]["first_minibatch_seconds"] <= res["cold"]["seconds"]
+    assert set(res["caches"]) == {"HYBRIDBATCH_CACHE_DIR", "NUMBA_CACHE_DIR"} and "thread_settings" in res["machine"]
 
 
 def test_cold_is_one_configuration():

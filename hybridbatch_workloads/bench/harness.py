@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import statistics
 import sys
 import time
@@ -466,4 +467,7 @@ def run_cold_start(cfg: Config, progress=True):
            "steady": {"instances": n, "seconds": steady["seconds"], "throughput": n / steady["seconds"]}}
     res["cold_over_steady"] = res["cold"]["throughput"] / res["steady"]["throughput"]
     res["next_over_steady"] = res["next"]["throughput"] / res["steady"]["throughput"]
+    # what "cold" meant: the caches it started from
+    res["caches"] = {v: os.environ.get(v) for v in ("HYBRIDBATCH_CACHE_DIR", "NUMBA_CACHE_DIR")}
+    res["machine"] = machine.machine_info()
     return res

@@ -19,6 +19,7 @@ from hybridbatch.schedule import get_policy, lower_bound
 from hybridbatch.schedule.learn import capture_views, learn_policy
 from hybridbatch.schedule.offline.bounds import tight_lower_bound
 from .harness import Config, _NoBar, _minibatches, _progress_bar, train_batched
+from .machine import machine_info
 from .registry import DEFAULT_GRANULARITY, SYNTHETIC_ONLY, make_workload
 
 WORKLOADS = ("W1", "W2", "W3", "W4-TREEGRU", "W4-2TYPE", "W4-MVRNN", "W5", "W6")
@@ -187,7 +188,7 @@ def compare_policies(workloads=WORKLOADS, progress=True, **options):
             bar.update(1)
     finally:
         bar.close()
-    return {"policies": list(POLICIES), "options": options, "results": results}
+    return {"policies": list(POLICIES), "options": options, "results": results, "machine": machine_info()}
 
 
 def format_policies(res):
