@@ -46,12 +46,15 @@ CHILDSUM_GRANULARITIES = ("block", "op", "auto")
 COUNTED = ("W1-NATURAL", "W2-NATURAL", "CHILDSUM")
 
 
-def _bench(args, workload, out, policy, granularity=None, eager=False, extra=(), env=None):
-    """One harness run in its own process; its JSON result."""
-    cmd = [sys.executable, "-m", "hybridbatch.bench", workload, "--repeats", "1",
-           "--instances", str(args.instances), "--warmup", str(args.warmup), "--no-check",
-           "--no-progress", "--gemm-repeats", "1", "--policy", policy, "--json", out, *extra]
-    cmd += ["--eager-instances", str(min(args.eager_instances, args.instances))] if eager else ["--no-eager"]
+def _bench(args, workload, out, policy, granularity=None, eager=False, cold=False, env=None):
+    """One harness run in its own process (`cold`: its --cold passes); its JSON result."""
+    cmd = [sys.executable, "-m", "hybridbatch.bench", workload, "--instances", str(args.instances), "--no-check",
+           "--no-progress", "--gemm-repeats", "1", "--policy", policy, "--json", out]
+    if cold:
+        cmd += ["--cold"]
+    else:
+        cmd += ["--repeats", "1", "--warmup", str(args.warmup)]
+        cmd += ["--eager-instances", str(min(args.eager_instances, args.instances))] if eager else ["--no-eager"]
     if granularity:
         cmd += ["--granularity", granularity]
     if args.data:
@@ -142,7 +145,7 @@ def _cold(args, tmp):
             _warm_up(args, caches, hidden=NEW_CELL_OTHER_HIDDEN if key == "new_cell" else None)
         cold_args = argparse.Namespace(**{**vars(args), "instances": args.cold_instances})
         out[key] = _bench(cold_args, "CHILDSUM", os.path.join(tmp, "cold.json"), args.policy,
-                          granularity=args.granularity, extra=("--cold",), env=caches)
+                          granularity=args.granularity, cold=True, env=caches)
     return out
 
 

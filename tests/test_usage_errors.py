@@ -166,10 +166,15 @@ def test_bench_json_is_strict_json(tmp_path):
     (["W1", "--workloads", "W2"], "--workloads applies to policies only"),
     (["w2", "--no-throughput"], "--no-throughput applies to policies only"),
     (["W1", "--plot", "w1.png"], "--plot applies to --sweep and policies only"),
+    (["W1", "--cold", "--warmup", "3"], "--warmup does not apply to --cold"),
+    (["W1", "--cold", "--no-eager"], "--no-eager does not apply to --cold"),
+    (["W1", "--sweep", "hidden", "--hidden", "32"], "--hidden is what --sweep hidden varies"),
+    (["W1", "--data", ".", "--synthetic-train", "5"], "--synthetic-train sizes the synthetic data"),
 ])
 def test_bench_flag_that_does_not_apply_is_a_usage_error(capsys, argv, message):
     """These were accepted and silently ignored: `policies --sweep hidden` ran the policy
-    comparison, `W1 --workloads W2` benchmarked W1, `W1 --plot x.png` wrote no plot."""
+    comparison, `W1 --workloads W2` benchmarked W1, `W1 --plot x.png` wrote no plot,
+    `--sweep hidden --hidden 32` swept 32..512, `--synthetic-train` with --data read all."""
     from hybridbatch_workloads.bench import cli
     with pytest.raises(SystemExit) as e:
         cli.main([*argv, "--no-progress"])

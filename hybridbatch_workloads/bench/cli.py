@@ -104,6 +104,7 @@ SINGLE_ONLY = ("policy", "granularity", "instances", "warmup", "repeats", "eager
                "no_eager", "sweep", "gemm_repeats", "synthetic_train", "synthetic_dev", "no_check",
                "no_distinct_rows", "cold", "report")
 POLICIES_ONLY = ("workloads", "eval_batches", "no_throughput")
+COLD_IGNORES = ("warmup", "repeats", "no_eager", "eager_instances", "eager_warmup")
 
 
 def check_flags_apply(ap, args):
@@ -120,6 +121,18 @@ def check_flags_apply(ap, args):
         ap.error("--report applies to a run or a --sweep, not to --cold")
     if args.plot and not (policies or args.sweep):
         ap.error("--plot applies to --sweep and policies only")
+    if args.sweep and not args.report and getattr(args, args.sweep) != ap.get_default(args.sweep):
+        ap.error(f"--{args.sweep} is what --sweep {args.sweep} varies (it sizes only --report's policy "
+                 f"and explain sections): leave it out")
+    if args.cold:
+        for dest in COLD_IGNORES:
+            if getattr(args, dest) != ap.get_default(dest):
+                ap.error(f"--{dest.replace('_', '-')} does not apply to --cold (it times the first "
+                         f"instances, the next and the steady state, batched)")
+    if args.data is not None:
+        for dest in ("synthetic_train", "synthetic_dev"):
+            if getattr(args, dest) is not None:
+                ap.error(f"--{dest.replace('_', '-')} sizes the synthetic data, read without --data")
 
 
 def config_from_args(args):
