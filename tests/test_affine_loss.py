@@ -120,8 +120,8 @@ def test_nan_reaches_the_loss_and_check_numerics_names_the_call():
         losses = [block(x, i % 3) for i, x in enumerate(xs)]
         values = [l.asnumpy() for l in losses]
     assert np.isnan(values[4]) and np.isfinite(np.delete(values, 4)).all()
-    # the batch's error names the block call's line and the first NaN step inside the block
-    with pytest.raises(NumericsError, match=r"first at affine, .*test_affine_loss.py:\d+\).*recorded at "
+    # the batch's error names the block call's line and the operand the NaN came in by
+    with pytest.raises(NumericsError, match=r"block:Head read NaN/inf already in its operand 0 .*recorded at "
                                             r".*test_affine_loss.py:\d+"):
         with hb.batching(granularity="block", check_numerics=True):
             losses = [block(x, i % 3) for i, x in enumerate(xs)]

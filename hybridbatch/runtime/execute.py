@@ -103,9 +103,8 @@ def _run_batches(plan, arenas, xp, origin):
             if origin is not None and not xp.isfinite(yj).all():   # check_numerics
                 row = first_bad_row(yj, xp)
                 given = _nonfinite_operand(plan, b, sig, xs, row, xp)
-                what = (f"read NaN/inf already in {given}" if given is not None
-                        else "produced NaN/inf" + _inside(plan, arenas, b, sig, row, xp))
-                raise_numerics(plan, b, sig, origin, what, row)
+                what = "produced NaN/inf" if given is None else f"read NaN/inf already in {given}"
+                raise_numerics(plan, b, sig, origin, what + _inside(plan, arenas, b, sig, row, xp), row)
             if yj is not dst:       # written in place by a writes_out op
                 dst[...] = yj
         if prof is not None:
