@@ -255,3 +255,13 @@ def test_reader_error_after_a_byte_order_mark_points_at_the_right_byte(tmp_path)
     path.write_bytes(BOM.encode() + b"(3 (2 a) (2 b))\n(2 \xff)\n")
     with pytest.raises(DataFormatError, match=r"t.txt:2: expected UTF-8 text, found byte 0xff at byte column 4"):
         read_ptb_trees(path)
+
+
+def test_the_install_steps_warm_up_takes_no_workload_or_known_ones(capsys):
+    """The Makefile runs it with none; a bad name or size is its own usage error."""
+    from hybridbatch_workloads.bench.warm_up import parse_args
+    assert parse_args([]).workloads == [] and parse_args(["w1", "childsum", "--hidden", "128"]).workloads == ["W1", "CHILDSUM"]
+    for argv, message in ((["W99"], "unknown workload 'W99'"), (["--hidden", "0"], "--hidden")):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        assert message in capsys.readouterr().err

@@ -42,12 +42,23 @@ def main(workloads=WARMED, hidden=None):
     return 0
 
 
-if __name__ == "__main__":
-    rerun_on_one_thread("hybridbatch_workloads.bench.warm_up")
+def _workload(name):
+    """A workload's name, checked here (argparse's choices would check the empty default too)."""
+    if name.upper() not in WORKLOADS:
+        raise argparse.ArgumentTypeError(f"unknown workload {name!r}; expected one of {', '.join(sorted(WORKLOADS))}")
+    return name.upper()
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m hybridbatch_workloads.bench.warm_up",
                                  description="compile what the benchmark's models need, into the caches")
-    ap.add_argument("workloads", nargs="*", type=str.upper, choices=sorted(WORKLOADS), metavar="WORKLOAD",
+    ap.add_argument("workloads", nargs="*", type=_workload, metavar="WORKLOAD",
                     help=f"workloads to warm ({' '.join(WARMED)})")
     ap.add_argument("--hidden", type=int_at_least(1), help="their hidden size (each workload's default)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+if __name__ == "__main__":
+    rerun_on_one_thread("hybridbatch_workloads.bench.warm_up")
+    args = parse_args()
     sys.exit(main(args.workloads or WARMED, args.hidden))
