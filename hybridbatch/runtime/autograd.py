@@ -232,8 +232,10 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
         if plan.start <= seed_node:
             _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.view.sig,
                             plan.sig_n_out, plan.use_off, plan.use, plan.inside)
-            if mark[plan.start:plan.stop].any():
-                check_unchanged(plan.params_read)
+            reached_here = mark[plan.start:plan.stop]
+            if reached_here.any():
+                for s in np.unique(plan.view.sig[reached_here]).tolist():
+                    check_unchanged(plan.params_read[s])
                 reached.append(plan)
     grad_arena(loc_arena[seed_node])[loc_row[seed_node]] = 1
     sigs = signature.SIGS

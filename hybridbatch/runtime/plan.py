@@ -355,8 +355,9 @@ class Plan:
         usig, sig_local = _compact(sig, len(signature.SIGS))
         sigs = [signature.SIGS[s] for s in usig.tolist()]
         ops = [s.op for s in sigs]
-        # the parameters this flush reads, each with its version now (backward checks them)
-        self.params_read = [(p, p.version) for p in map(by_id, {pid for s in sigs for pid in s.op.params_used(s)})]
+        # per compact signature, the parameters its nodes read, each with its version now
+        # (a backward checks those of the signatures it reaches)
+        self.params_read = [[(p, p.version) for p in map(by_id, s.op.params_used(s))] for s in sigs]
         executable = np.array([op.executed for op in ops], np.bool_)[sig_local]
         is_input = np.array([op is Input for op in ops], np.bool_)[sig_local]
         n_out = np.array([op.n_out for op in ops], np.int64)
