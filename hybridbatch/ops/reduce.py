@@ -202,8 +202,8 @@ class ArgMin(_ArgExtreme):
 class TopK(Op):
     """The k largest elements along one axis, largest first (ties: the lower index first),
     attrs (k, axis, "values" | "indices"): hb.topk records one node of each. NaN counts as
-    largest, as for max and argmax (tied with +inf, in index order). The values' gradient
-    goes back to the elements they came from; the indices are int64, with none."""
+    largest, as for max and argmax. The values' gradient goes back to the elements they came
+    from; the indices are int64, with none."""
     name = "topk"
     zero_exact = True
 
@@ -218,16 +218,12 @@ class TopK(Op):
     @staticmethod
     def indices(xp, sig, x):
         k, axis = sig.attrs[0], sig.attrs[1] + 1
-        # descending, ties in index order: -x for floats (NaN first); ~x for integers and
-        # bools, which reverses their order where negating wraps (unsigned values, the
-        # signed minimum)
-        if x.dtype.kind == "f":
-            key = -x
-            if xp.isnan(x).any():
-                key = xp.where(xp.isnan(x), -xp.inf, key)
-        else:
-            key = ~x
-        order = xp.argsort(key, axis=axis, kind="stable")
+        # descending, ties in index order: -x for floats; ~x for integers and bools, which
+        # reverses their order where negating wraps (unsigned values, the signed minimum)
+        order = xp.argsort(-x if x.dtype.kind == "f" else ~x, axis=axis, kind="stable")
+        if x.dtype.kind == "f" and xp.isnan(x).any():      # NaNs first, in index order (argsort put them last)
+            nan = xp.isnan(xp.take_along_axis(x, order, axis=axis))
+            order = xp.take_along_axis(order, xp.argsort(~nan, axis=axis, kind="stable"), axis=axis)
         return order.take(xp.arange(k), axis=axis)
 
     def forward(self, xp, sig, xs, aux):
