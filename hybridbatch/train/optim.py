@@ -466,9 +466,6 @@ def _collect(params):
         if id(p) in seen:
             raise ValueError(f"parameter {p.name!r} is listed twice; it would be updated twice per step")
         seen.add(id(p))
-    if not items:
-        raise ValueError("Trainer got no parameters to train; a Block's collect_params() misses the blocks "
-                         "held in a plain list or dict (use nn.Sequential, or one attribute each)")
     return items, names
 
 
@@ -511,6 +508,9 @@ class Trainer:
 
     def __init__(self, params, optimizer="sgd", optimizer_params=None, schedule=None):
         self._params, self._names = _collect(params)
+        if not self._params:
+            raise ValueError("Trainer got no parameters to train; a Block's collect_params() misses the blocks "
+                             "held in a plain list or dict (use nn.Sequential, or one attribute each)")
         options = dict(optimizer_params or {})
         clip = options.pop("clip_global_norm", None)
         self.clip_global_norm = None if clip is None else _number("clip_global_norm", clip, low=0.0, low_open=True)
