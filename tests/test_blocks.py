@@ -854,3 +854,30 @@ def test_keyword_arguments_that_do_not_fit_name_the_block():
             return x * scale
 
     np.testing.assert_allclose(Plain()(hb.array(x), scale=3.0).asnumpy(), 3 * x)
+
+
+def test_keywords_reach_a_forward_that_is_not_hybridized_as_written():
+    """Only a hybridized call puts keywords in places: a keyword-only parameter had been
+    refused on a HybridBlock never hybridized, which runs forward as a plain Block does."""
+    class KeywordOnly(hb.HybridBlock):
+        def forward(self, x, *, scale=None):
+            return x if scale is None else x * scale
+
+    block = KeywordOnly()
+    np.testing.assert_allclose(block(hb.array([1.0, 2.0]), scale=3.0).asnumpy(), [3.0, 6.0])
+    block.hybridize()
+    with pytest.raises(TypeError, match="'scale' has no position"):
+        block(hb.array([1.0, 2.0]), scale=3.0)
+
+
+def test_a_bool_default_before_a_keyword_given_is_named():
+    class Flagged(hb.HybridBlock):
+        def forward(self, x, flag=False, h=None):
+            return x if h is None else x + h
+
+    block = Flagged()
+    block.hybridize()
+    x = hb.array([1.0, 2.0])
+    np.testing.assert_allclose(block(x).asnumpy(), [1.0, 2.0])
+    with pytest.raises(TypeError, match="'flag' comes before a keyword given.*default False by position"):
+        block(x, h=x)

@@ -254,9 +254,11 @@ class HybridBlock(Block):
         super().hybridize(active)
 
     def __call__(self, *args, **kwargs):
-        if kwargs:
-            args = _by_position(self, args, kwargs)
         scope = _local.scope
+        if kwargs:
+            if not self._active or (scope is not None and scope.tracing):   # forward runs as written
+                return self.forward(*args, **kwargs)
+            args = _by_position(self, args, kwargs)
         if scope is not None and self._active and not scope.tracing:   # a trace inlines the call
             # the hot path, written out in this frame: exact class tests are cheaper than isinstance
             g = scope.graph
@@ -401,10 +403,14 @@ def _by_position(block, args, kwargs):
     for p in places[len(args):max(index[name] for name in kwargs) + 1]:
         if p.name in kwargs:
             out.append(kwargs[p.name])
-        elif p.default is not p.empty:
-            out.append(p.default)
-        else:
+        elif p.default is p.empty:
             _bind(block, args, kwargs)      # raises: p is missing
+        elif isinstance(p.default, (bool, np.bool_)):       # _flag would refuse it, though not passed
+            raise TypeError(f"{type(block).__name__}.forward's {p.name!r} comes before a keyword given, so a "
+                            f"hybridized call passes its default {p.default!r} by position, and a bool argument "
+                            f"is refused: make {p.name!r} a str flag or None, or pass the later ones by position")
+        else:
+            out.append(p.default)
     return tuple(out)
 
 
