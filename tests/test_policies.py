@@ -255,7 +255,6 @@ def test_chain_losses_equal_eager_under_a_learned_policy():
 CHILD = """
 import json, sys
 import hybridbatch as hb
-from hybridbatch import nn
 import test_policies as t
 policy = hb.FSMPolicy.load(sys.argv[1])
 scope, values = t.run_fig1(policy, t.fig1_samples(5, seed=3))

@@ -4,9 +4,10 @@ inference) reuses its schedule instead of running the policy.
 Keys are exact (the bytes of the signature, depth and edge arrays, plus the policy), so two
 different structures never share an entry; the dict hashes them, equality decides. Depth is
 part of the key because a later flush's structure can repeat while its operands from earlier
-flushes sit at other depths, which depth-driven policies schedule differently. It is taken
-from the flush's shallowest node: the policies compare depths, so the same depths shifted
-schedule alike, and the rounds of an hb.map, each a step deeper than the last, match.
+flushes sit at other depths, which depth-driven policies schedule differently. For the
+built-in and learned policies it is taken from the flush's shallowest node: they compare
+depths, so the same depths shifted schedule alike, and the rounds of an hb.map, each a step
+deeper than the last, match. A user's callable might read them as they are.
 """
 from collections import OrderedDict
 
@@ -51,7 +52,9 @@ class ScheduleCache:
         if settings.plan_cache_size <= 0 or not getattr(policy, "cacheable", True):
             order, bptr = run_policy(policy, view)
             return order, bptr, False
-        depth = view.depth - view.depth.min() if len(view.depth) else view.depth
+        depth = view.depth
+        if len(depth) and (policy in _BUILT_IN or type(policy) is FSMPolicy):    # they only compare depths
+            depth = depth - depth.min()
         key = (policy, global_sig.tobytes(), depth.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
         found = self._entries.get(key)
         if found is not None:

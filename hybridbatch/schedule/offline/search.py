@@ -34,7 +34,8 @@ import numpy as np
 from ..agenda import tail_last
 from .automata import merged_core
 from ..frontier import (INDEG, LEFT, NREADY, _n_executed, _start, _take, average_depth, copy_loop,
-                        critical_completion, critical_pick, drop_steps, greedy_frontier, play_types)
+                        critical_completion, critical_path, critical_pick, drop_steps, greedy_frontier,
+                        play_types)
 from ..lower_bound import lower_bound
 
 WIDTH = 4
@@ -42,7 +43,8 @@ WIDTH = 4
 
 def rollout_search(view, width=WIDTH):
     """The best schedule (order, batch_ptr) a beam of `width` partial schedules finds, or
-    tail-last's or greedy-frontier's where it has fewer batches."""
+    critical path's, tail-last's or greedy-frontier's where it has fewer batches (the beam
+    completes with critical path's rule, which does not run the tail last)."""
     if width < 1:
         raise ValueError(f"search width must be at least 1, not {width}")
     bound = lower_bound(view)                    # nothing beats it: stop there
@@ -53,7 +55,7 @@ def rollout_search(view, width=WIDTH):
             merged = _play(view, core, drop=True)
             if len(merged[1]) < len(found[1]):
                 found = merged
-    for rule in (tail_last, greedy_frontier):
+    for rule in (critical_path, tail_last, greedy_frontier):
         if len(found[1]) - 1 <= bound:
             break
         other = rule(view)
