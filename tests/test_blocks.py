@@ -796,8 +796,9 @@ def test_blocks_appended_to_a_list_after_its_assignment_warn_when_the_tree_is_wa
 
     model = Stack()
     for walk in (model.hybridize, model.collect_params, model.parameters):
-        with pytest.warns(UserWarning, match=r"Stack.layers holds 2 .* not registered"):
+        with pytest.warns(UserWarning, match=r"Stack.layers holds 2 .* not registered") as caught:
             walk()
+        assert caught[0].filename == __file__       # the user's line, not the package's
     with pytest.raises(ValueError, match="no parameters to train.*plain list"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

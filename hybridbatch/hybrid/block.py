@@ -8,6 +8,8 @@ replayed op by op so primitive ops batch across block boundaries; eagerly it is 
 one instance.
 """
 import inspect
+import os
+import sys
 import threading
 import warnings
 import weakref
@@ -28,6 +30,17 @@ from .tracing import trace
 _local = _scope._local         # its .scope: the batching scope recording on this thread, or None
 _new = object.__new__
 _traced = weakref.WeakSet()      # HybridBlocks holding traced programs
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _callers_level():
+    """warnings.warn's stacklevel, from its caller's frame, of the first frame outside this
+    package: the user's line, whichever entry point (an assignment, hybridize(),
+    save_parameters()) and however many of the package's frames lie between."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
 _hybridizing = threading.local()   # .depth: hybridize() calls open on this thread
 
 
@@ -87,10 +100,10 @@ class Block:
         elif isinstance(value, Parameter):
             self._params[name] = value
         elif isinstance(value, (list, tuple, dict)):
-            self._warn_unregistered(name, value, 3)
+            self._warn_unregistered(name, value)
         object.__setattr__(self, name, value)
 
-    def _warn_unregistered(self, name, container, stacklevel):
+    def _warn_unregistered(self, name, container):
         """Warn when a list, tuple or dict holds Blocks or Parameters this block has not
         registered: collect_params, a Trainer, save_parameters and hybridize() never see them."""
         members = container.values() if isinstance(container, dict) else container
@@ -100,7 +113,7 @@ class Block:
             warnings.warn(f"{type(self).__name__}.{name} holds {len(missed)} Block(s)/Parameter(s) that are not "
                           f"registered: collect_params(), a Trainer, save_parameters() and hybridize() will not "
                           f"see them. Use nn.Sequential, or assign each to an attribute of its own.",
-                          UserWarning, stacklevel=stacklevel)
+                          UserWarning, stacklevel=_callers_level())
 
     def _warn_unregistered_in_tree(self):
         """_warn_unregistered for the containers of every block in the tree as they are now:
@@ -108,7 +121,7 @@ class Block:
         for block in self._tree():
             for name, value in block.__dict__.items():
                 if value.__class__ in (list, tuple, dict):
-                    block._warn_unregistered(name, value, 4)
+                    block._warn_unregistered(name, value)
 
     def __delattr__(self, name):
         object.__delattr__(self, name)
