@@ -124,7 +124,9 @@ def _running(plan, b, origin):
 def _nonfinite_operand(plan, b, sig, xs, row, xp):
     """Where row `row` of batch b read a NaN/inf that was there before it ran: a Parameter
     (the op's or, for a block call, one its program reads) or an operand (a constant array:
-    a computed one would have been caught where it was made), as text; None otherwise."""
+    a computed one would have been caught where it was made), as text; None otherwise. A
+    Parameter is named for a NaN/inf anywhere in it (a -inf mask it holds on purpose, a row
+    not looked up), so this is the first suspect, not proof."""
     op = sig.op
     for j, (x, pid) in enumerate(zip(xs, sig.params)):
         if pid is None and x.dtype.kind == "f" and not xp.isfinite(x if op.ragged else x[row]).all():
