@@ -3,9 +3,11 @@ are ready, with the same numbers, and a batch's backward follows its forward."""
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -388,3 +390,21 @@ def test_a_cache_without_numbas_index_internals_is_asked_by_loading(cached):
     kernel = _KernelWithoutIndexInternals(cached)
     assert fused._load_cached(kernel, ("sig",)) is cached
     assert kernel.compiled == ([("sig",)] if cached else [])
+
+
+def test_the_worker_outlives_a_terminals_ctrl_c_and_ends_with_its_stdin():
+    """Ctrl-C reaches the whole foreground group: the worker stopped mid-kernel with a
+    traceback of its own. It stays in the training process's session (autogroups would give
+    another session its own share of the core, whatever its nice value) and ignores SIGINT."""
+    from hybridbatch.kernels import compiling
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(compiling.__file__))),
+               HYBRIDBATCH_PRELOAD="0")
+    worker = subprocess.Popen([sys.executable, "-c", compiling._WORKER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    time.sleep(1.0)
+    worker.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    assert worker.poll() is None
+    assert os.getsid(worker.pid) == os.getsid(0)
+    _, err = worker.communicate(timeout=60)       # closes its stdin
+    assert worker.returncode == 0 and b"Traceback" not in err
