@@ -198,6 +198,7 @@ def test_a_request_that_stops_the_worker_answers_its_whole_batch_and_the_queue(s
     assert server.closed and server.stats.failed == 3
     with pytest.raises(BatcherClosedError):
         server.submit(np.ones(1, np.float32))
+    server.close()          # joins the worker, so its end is reported inside this test
 
 
 def test_a_model_fn_that_is_not_callable_is_refused():
