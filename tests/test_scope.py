@@ -437,3 +437,25 @@ def test_check_numerics_names_a_nan_that_was_there_before_the_op(granularity):
         with pytest.raises(hb.NumericsError, match=re.escape(message)):
             with hb.batching(check_numerics=True, granularity=granularity):
                 record()
+
+
+class _TwoLayers(hb.HybridBlock):
+    """sqrt at 0 between two layers: a finite forward, an infinite gradient."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Dense(4, 4, seed=0), nn.Dense(2, 4, seed=1)
+
+    def forward(self, x):
+        return hb.sum(self.b(hb.sqrt(self.a(x) * self.a(x))))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_check_numerics_names_a_blocks_parameter_by_its_path():
+    """Both children have a 'bias': the bare name did not say which."""
+    block = _TwoLayers()
+    block.hybridize()
+    with pytest.raises(hb.NumericsError, match=r"NaN/inf gradient for parameter 'a\.bias'"):
+        with hb.batching(granularity="block", check_numerics=True):
+            total = hb.add_n([block(np.zeros(4, np.float32)) for _ in range(3)])
+        total.backward()

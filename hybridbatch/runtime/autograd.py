@@ -83,7 +83,8 @@ class _Numerics:
 
     def check(self, g, what, summed=False):
         """Raise NumericsError if gradient g (an array, a RowGrad or an OuterGrad) is not
-        finite, naming the node of its first bad row. summed: g is a dense parameter
+        finite, naming the node of its first bad row. what: the gradient's name, or a
+        function making it (made only for the error). summed: g is a dense parameter
         gradient, the batch's sum, named by the batch's first node."""
         parts = (g.left, g.right) if isinstance(g, OuterGrad) else (g.values,) if isinstance(g, (RowGrad, ColumnGrad)) else (g,)
         plan, b, sig, rows = self.batch
@@ -93,7 +94,18 @@ class _Numerics:
                 row = 0 if summed or len(part) != n else first_bad_row(part, self.xp)
                 if rows is not None:
                     row = int(rows[row])
-                raise_numerics(plan, b, sig, self.origin, f"gave a NaN/inf gradient for {what}", row)
+                raise_numerics(plan, b, sig, self.origin,
+                               f"gave a NaN/inf gradient for {what() if callable(what) else what}", row)
+
+    def parameter(self, p):
+        """A parameter as the error names it: by its path in the block whose calls the batch
+        runs (two children each have a 'bias'), else by its name."""
+        owner = getattr(self.batch[2].op, "owner_block", None)
+        if owner is not None:
+            for path, q in owner._named_params(""):
+                if q is p:
+                    return f"parameter {path!r}"
+        return f"parameter {p.name!r}"
 
 
 @contextmanager
@@ -119,7 +131,7 @@ def accumulate_param(pid, g):
         return
     numerics = getattr(_pending, "numerics", None)
     if numerics is not None:
-        numerics.check(g, f"parameter {p.name!r}", summed=not isinstance(g, (RowGrad, OuterGrad)))
+        numerics.check(g, lambda: numerics.parameter(p), summed=not isinstance(g, (RowGrad, OuterGrad)))
     if isinstance(g, RowGrad):
         p.add_grad_rows(g.rows, g.values)
     elif isinstance(g, OuterGrad):
