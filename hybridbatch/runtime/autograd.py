@@ -225,6 +225,9 @@ def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, orig
             _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, _pending.numerics)
     finally:
         _pending.numerics = None
+        prof = profile.active()
+        if prof is not None:        # the batch being timed ends here, also where one raised
+            prof.backward_batch()
 
 
 def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics):
@@ -239,94 +242,99 @@ def _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, numerics
             grads[a] = memory.zeros(xp, arenas[a].shape, arenas[a].dtype)
         return grads[a]
 
-    reached = []
-    for plan in reversed(plans):       # every plan's nodes the seed reaches, before any gradient is added
-        if plan.start <= seed_node:
-            _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.view.sig,
-                            plan.sig_n_out, plan.use_off, plan.use, plan.inside)
-            reached_here = mark[plan.start:plan.stop]
-            if reached_here.any():
-                for s in np.unique(plan.view.sig[reached_here]).tolist():
-                    check_unchanged(plan.params_read[s])
-                reached.append(plan)
+    reached = _reached(plans, seed_node, mark, read)
     grad_arena(loc_arena[seed_node])[loc_row[seed_node]] = 1
     sigs = signature.SIGS
     prof = profile.active()     # times each batch from its turn to the next one's
-    try:
-        for plan in reached:
-            if prof is not None:
-                prof.backward_batch()
-            for b in range(plan.n_batches - 1, -1, -1):
-                if prof is not None:
-                    prof.backward_batch(plan, b)
-                outs = plan.outs[b]
-                nodes = plan.start + plan.batch_nodes(b)
-                live = mark[nodes]
-                n_live = np.count_nonzero(live)     # one C call: ndarray.any/.all go through Python
-                if n_live == 0 or all(grads[a] is None for a, _ in outs):
-                    continue
-                sig = sigs[plan.run_sig[b]]
-                op = sig.op
-                size = plan.sizes[b]
-                gathers = plan.gathers
-                g0 = gathers.first[b]
-                needs, k = [], g0
-                for pid in sig.params:
-                    if pid is None:
-                        needs.append(not gathers.const[k])
-                        k += 1
-                    else:
-                        needs.append(by_id(pid).grad_req != "null")
-                if not any(needs) and not op.saves:
-                    continue
-                xs = None if op.saves else operands(plan, arenas, b, sig)   # saved: its own inputs
-                ys = [arenas[a][s:s + size] for a, s in outs]
-                gys = [grad_arena(a)[s:s + size] for a, s in outs]
-                aux = plan.batch_aux(b, op)
-                saved = plan.saved.get(b) if op.saves else None
-                groups = _output_groups(op, nodes, live, mark, read)
-                if groups is None:
-                    # rows the seed does not reach: eager never visits them, and their zero output
-                    # gradient times an inf local derivative would put NaN into shared gradients.
-                    # A ragged op's operand rows are not its nodes; it is linear, so it is
-                    # differentiated whole (the rows not reached add zeros).
-                    groups = [(live if n_live < size and not op.ragged else None, None)]
-                for mask, given in groups:
-                    rows, g_xs, g_ys, g_gys, g_aux, g_saved = None, xs, ys, gys, aux, saved
-                    if mask is not None:
-                        rows = np.flatnonzero(mask)
-                        g_xs, g_ys, g_gys, g_aux, g_saved = _live_rows(op, sig, mask, xs, ys, gys, aux, saved)
-                    if given is not None:
-                        g_gys = [g if read_j else None for g, read_j in zip(g_gys, given)]
-                    extra = {"saved": g_saved} if op.saves else {}
-                    if numerics is not None:
-                        numerics.batch = (plan, b, sig, rows)
-                    if op.n_out > 1:
-                        gxs = op.backward(xp, sig, g_xs, g_aux, g_ys, g_gys, needs, **extra)
-                    else:
-                        gxs = op.backward(xp, sig, g_xs, g_aux, g_ys[0], g_gys[0], needs, **extra)
-                    next_spec = g0
-                    for j, (pid, need, gx) in enumerate(zip(sig.params, needs, gxs)):
-                        if pid is None:
-                            k, next_spec = next_spec, next_spec + 1     # this operand's gather spec
-                        if not need or gx is None:      # None: a block's input its read outputs do not use
-                            continue
-                        if pid is not None:
-                            accumulate_param(pid, gx)
-                            continue
-                        if numerics is not None:
-                            numerics.check(gx, f"operand {plan.recorded_operand(b, j)}")   # shared parameters count
-                        if rows is not None:
-                            gx = _at_rows(gx, rows, size, xp)
-                        grad_arena(gathers.arena[k])   # the spec's first arena; MIXED ones below
-                        if gathers.kind[k] == MIXED:
-                            p = gathers.off[k]
-                            for owner in np.unique(gathers.owners[p:p + gathers.size[k]]):
-                                grad_arena(owner)
-                        scatter_add(gathers, grads, k, gx)
-    finally:      # the batch being timed ends here, also where one raised
+    for plan in reached:
         if prof is not None:
             prof.backward_batch()
+        for b in range(plan.n_batches - 1, -1, -1):
+            if prof is not None:
+                prof.backward_batch(plan, b)
+            outs = plan.outs[b]
+            nodes = plan.start + plan.batch_nodes(b)
+            live = mark[nodes]
+            n_live = np.count_nonzero(live)     # one C call: ndarray.any/.all go through Python
+            if n_live == 0 or all(grads[a] is None for a, _ in outs):
+                continue
+            sig = sigs[plan.run_sig[b]]
+            op = sig.op
+            size = plan.sizes[b]
+            gathers = plan.gathers
+            g0 = gathers.first[b]
+            needs, k = [], g0
+            for pid in sig.params:
+                if pid is None:
+                    needs.append(not gathers.const[k])
+                    k += 1
+                else:
+                    needs.append(by_id(pid).grad_req != "null")
+            if not any(needs) and not op.saves:
+                continue
+            xs = None if op.saves else operands(plan, arenas, b, sig)   # saved: its own inputs
+            ys = [arenas[a][s:s + size] for a, s in outs]
+            gys = [grad_arena(a)[s:s + size] for a, s in outs]
+            aux = plan.batch_aux(b, op)
+            saved = plan.saved.get(b) if op.saves else None
+            groups = _output_groups(op, nodes, live, mark, read)
+            if groups is None:
+                # rows the seed does not reach: eager never visits them, and their zero output
+                # gradient times an inf local derivative would put NaN into shared gradients.
+                # A ragged op's operand rows are not its nodes; it is linear, so it is
+                # differentiated whole (the rows not reached add zeros).
+                groups = [(live if n_live < size and not op.ragged else None, None)]
+            for mask, given in groups:
+                rows, g_xs, g_ys, g_gys, g_aux, g_saved = None, xs, ys, gys, aux, saved
+                if mask is not None:
+                    rows = np.flatnonzero(mask)
+                    g_xs, g_ys, g_gys, g_aux, g_saved = _live_rows(op, sig, mask, xs, ys, gys, aux, saved)
+                if given is not None:
+                    g_gys = [g if read_j else None for g, read_j in zip(g_gys, given)]
+                extra = {"saved": g_saved} if op.saves else {}
+                if numerics is not None:
+                    numerics.batch = (plan, b, sig, rows)
+                if op.n_out > 1:
+                    gxs = op.backward(xp, sig, g_xs, g_aux, g_ys, g_gys, needs, **extra)
+                else:
+                    gxs = op.backward(xp, sig, g_xs, g_aux, g_ys[0], g_gys[0], needs, **extra)
+                next_spec = g0
+                for j, (pid, need, gx) in enumerate(zip(sig.params, needs, gxs)):
+                    if pid is None:
+                        k, next_spec = next_spec, next_spec + 1     # this operand's gather spec
+                    if not need or gx is None:      # None: a block's input its read outputs do not use
+                        continue
+                    if pid is not None:
+                        accumulate_param(pid, gx)
+                        continue
+                    if numerics is not None:
+                        numerics.check(gx, f"operand {plan.recorded_operand(b, j)}")   # shared parameters count
+                    if rows is not None:
+                        gx = _at_rows(gx, rows, size, xp)
+                    grad_arena(gathers.arena[k])   # the spec's first arena; MIXED ones below
+                    if gathers.kind[k] == MIXED:
+                        p = gathers.off[k]
+                        for owner in np.unique(gathers.owners[p:p + gathers.size[k]]):
+                            grad_arena(owner)
+                    scatter_add(gathers, grads, k, gx)
+
+
+def _reached(plans, seed_node, mark, read):
+    """The plans holding nodes the seed reaches, last first, `mark` and `read` filled for
+    them all before any gradient is added; BackwardError where a parameter that a reached
+    signature read has changed since its flush (Plan.params_read)."""
+    reached = []
+    for plan in reversed(plans):
+        if plan.start > seed_node:
+            continue
+        _mark_ancestors(mark, read, plan.start, plan.arg_ptr, plan.args, plan.extra_output, plan.view.sig,
+                        plan.sig_n_out, plan.use_off, plan.use, plan.inside)
+        reached_here = mark[plan.start:plan.stop]
+        if reached_here.any():
+            for s in np.unique(plan.view.sig[reached_here]).tolist():
+                check_unchanged(plan.params_read[s])
+            reached.append(plan)
+    return reached
 
 
 def _at_rows(gx, rows, size, xp):
