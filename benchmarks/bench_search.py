@@ -22,7 +22,8 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
 
-from hybridbatch_workloads.bench.policies import data_of, workload_on  # noqa: E402
+from hybridbatch_workloads.bench.policies import workload_on  # noqa: E402
+from hybridbatch_workloads.bench.workload import data_of  # noqa: E402
 from hybridbatch_workloads.bench.registry import DEFAULT_GRANULARITY  # noqa: E402
 from hybridbatch.schedule import critical_path, lower_bound  # noqa: E402
 from hybridbatch.schedule.learn import capture_views  # noqa: E402

@@ -50,6 +50,7 @@ from hybridbatch.record.scope import batching
 from hybridbatch.schedule import DEFAULT_POLICY
 from . import machine
 from .registry import DEFAULT_GRANULARITY, make_workload
+from .workload import data_of
 
 TRAIN_SPLIT = ("record", "schedule", "forward", "backward", "update", "other")
 INFER_SPLIT = ("record", "schedule", "forward", "read", "other")
@@ -401,7 +402,7 @@ def run_benchmark(cfg: Config, progress=True, workload=None, info=True):
     result = {
         "workload": cfg.workload,
         "description": getattr(wl, "description", ""),
-        "data": getattr(wl, "data_source", cfg.data or "synthetic"),
+        "data": data_of(wl),
         "train_pool": len(pool),
         # a loaded FSMPolicy is recorded by its repr: the result stays JSON-ready
         "config": dataclasses.asdict(dataclasses.replace(cfg, policy=str(cfg.policy))),
@@ -457,7 +458,7 @@ def run_cold_start(cfg: Config, progress=True):
         compiling.wait()
         steady = train_batched(wl, trainer, first, cfg, bar)
     cold_seconds = head["seconds"] + (tail["seconds"] if tail else 0.0)
-    res = {"workload": cfg.workload, "data": getattr(wl, "data_source", cfg.data or "synthetic"),
+    res = {"workload": cfg.workload, "data": data_of(wl),
            "config": dataclasses.asdict(dataclasses.replace(cfg, policy=str(cfg.policy))),
            "setup_seconds": setup_seconds,
            "cold": {"instances": n, "seconds": cold_seconds, "throughput": n / cold_seconds,

@@ -21,6 +21,7 @@ from hybridbatch.schedule.offline.bounds import tight_lower_bound
 from .harness import Config, _NoBar, _minibatches, _progress_bar, train_batched
 from .machine import machine_info
 from .registry import DEFAULT_GRANULARITY, SYNTHETIC_ONLY, make_workload
+from .workload import data_of
 
 WORKLOADS = ("W1", "W2", "W3", "W4-TREEGRU", "W4-2TYPE", "W4-MVRNN", "W5", "W6")
 # row name -> a policy name for hb.batching, or ("learn", encoding)
@@ -171,10 +172,6 @@ def workload_on(name, data, hidden=256, seed=0):
             print(f"{name}: {e}; it runs on synthetic data", file=sys.stderr)
     return make_workload(name, hidden=hidden, seed=seed)
 
-
-def data_of(wl):
-    """What a workload runs on, as the harness names it: its data source, folder, or synthetic."""
-    return getattr(wl, "data_source", None) or wl.data_dir or "synthetic"
 
 
 def compare_policies(workloads=WORKLOADS, progress=True, **options):

@@ -9,6 +9,11 @@ import numpy as np
 import hybridbatch as hb
 
 
+def data_of(wl):
+    """What a workload runs on, as results name it: its data source, folder, or synthetic."""
+    return getattr(wl, "data_source", None) or wl.data_dir or "synthetic"
+
+
 class SyntheticOnly(ValueError):
     """--data given to a workload that has no real-data reader (it runs on its generator)."""
 
