@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import BackwardError, NumericsError
-from .execute import operands, scatter_add, first_bad_row, raise_numerics
+from .execute import operands, parameter_named, scatter_add, first_bad_row, raise_numerics
 from ..kernels import blas
 from ..ops import ColumnGrad, OuterGrad, RowGrad
 from ..train.parameter import by_id
@@ -97,16 +97,6 @@ class _Numerics:
                 raise_numerics(plan, b, sig, self.origin,
                                f"gave a NaN/inf gradient for {what() if callable(what) else what}", row)
 
-    def parameter(self, p):
-        """A parameter as the error names it: by its path in the block whose calls the batch
-        runs (two children each have a 'bias'), else by its name."""
-        owner = getattr(self.batch[2].op, "owner_block", None)
-        if owner is not None:
-            for path, q in owner._named_params(""):
-                if q is p:
-                    return f"parameter {path!r}"
-        return f"parameter {p.name!r}"
-
 
 @contextmanager
 def rows_named_by(first):
@@ -131,7 +121,8 @@ def accumulate_param(pid, g):
         return
     numerics = getattr(_pending, "numerics", None)
     if numerics is not None:
-        numerics.check(g, lambda: numerics.parameter(p), summed=not isinstance(g, (RowGrad, OuterGrad)))
+        numerics.check(g, lambda: parameter_named(p, numerics.batch[2].op),
+                       summed=not isinstance(g, (RowGrad, OuterGrad)))
     if isinstance(g, RowGrad):
         p.add_grad_rows(g.rows, g.values)
     elif isinstance(g, OuterGrad):

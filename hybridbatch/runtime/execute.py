@@ -134,8 +134,19 @@ def _nonfinite_operand(plan, b, sig, xs, row, xp):
     for pid in op.params_used(sig):
         p = by_id(pid)
         if p.dtype.kind == "f" and not xp.isfinite(p.data).all():
-            return f"parameter {p.name!r}"
+            return parameter_named(p, op)
     return None
+
+
+def parameter_named(p, op):
+    """A parameter as an error names it: by its path in the block whose calls `op` runs (two
+    children each have a 'bias'), else by its name."""
+    owner = getattr(op, "owner_block", None)
+    if owner is not None:
+        for path, q in owner._named_params(""):
+            if q is p:
+                return f"parameter {path!r}"
+    return f"parameter {p.name!r}"
 
 
 def _inside(plan, arenas, b, sig, row, xp):
