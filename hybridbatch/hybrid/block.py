@@ -210,10 +210,10 @@ class Block:
     def hybridize(self, active=True):
         """Hybridize every HybridBlock in this tree (Gluon semantics), each through its own
         hybridize(); the outermost call checks the tree for unregistered blocks once."""
-        outermost = not getattr(_hybridizing, "depth", 0)
-        if outermost:
+        depth = getattr(_hybridizing, "depth", 0)
+        if not depth:
             self._warn_unregistered_in_tree()
-        _hybridizing.depth = getattr(_hybridizing, "depth", 0) + 1
+        _hybridizing.depth = depth + 1
         try:
             for child in self._children.values():
                 child.hybridize(active)
