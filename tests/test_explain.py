@@ -230,3 +230,24 @@ def test_a_signature_the_policy_spread_past_its_longest_chain_is_named():
     with hb.batching(policy="greedy-frontier", granularity="block") as scope:
         hb.add_n([loss(xs) for xs in data])
     assert "ran in more batches than their longest chain" not in str(scope.explain())
+
+
+def test_a_flush_whose_kernel_raised_is_named_apart_from_the_counts():
+    """The flushes that ran make the figures; the one that raised is named after them, with
+    its exception, so the counts and the lower bound describe the same nodes."""
+    def fails(x):
+        raise ValueError("no numbers today")
+
+    scope = hb.batching()
+    try:
+        with scope:
+            hb.exp(np.ones(2, np.float32)).asnumpy()
+            ys = [hb.tanh(np.full(2, i, np.float32)) for i in range(3)]
+            hb.py_func(fails, ys[0], out_shape=(2,)).asnumpy()
+    except ValueError:
+        pass
+    report = scope.explain()
+    assert (report.flushes, report.forced_flushes, report.nodes, report.batches) == (1, 1, 1, 1)
+    assert scope.stats.lower_bound == report.batches
+    assert report.failed == "flush 1 raised ValueError: no numbers today; its 4 nodes in 2 batches are not counted above"
+    assert str(report).endswith(report.failed)

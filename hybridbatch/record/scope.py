@@ -121,6 +121,7 @@ class batching:
         self.open = False
         self.tracing = False
         self.failure = None
+        self.failed_plan = None      # the flush whose kernel raised, out of self.plans
         self._graph_spent = set()   # nodes a backward() without retain_graph ran from
         self._thread = threading.current_thread()   # the recording one: set again on entering
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
@@ -315,6 +316,11 @@ class batching:
                 prof.span("forward", t1, done)
             self._since = done
         except BaseException as e:
+            # stats and explain count the flushes that ran; explain names this one apart
+            self.plans.pop()
+            self.forced_plans.discard(len(self.plans))
+            self.map_round_plans.discard(len(self.plans))
+            self.failed_plan = plan
             self.failure = e
             raise
         finally:

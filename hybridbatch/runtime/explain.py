@@ -74,6 +74,7 @@ class Explanation:
     signatures: list        # SignatureReport, most batches first
     singles: list           # Single, in flush and batch order
     apart: list             # ApartByParameters, most signatures first
+    failed: str = None      # the flush whose kernel raised, not counted in the figures above
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -106,6 +107,8 @@ class Explanation:
                 lines.append(f"  flush {s.flush}, node {s.node}: {s.description}: {s.reason}")
             if len(self.singles) > SINGLES_SHOWN:
                 lines.append(f"  ... {len(self.singles) - SINGLES_SHOWN} more (explain().singles has them all)")
+        if self.failed:
+            lines += ["", self.failed]
         return "\n".join(lines)
 
 
@@ -171,7 +174,16 @@ def explain(scope):
     return Explanation(st.nodes, st.batches, st.lower_bound, st.flushes, st.forced_flushes,
                        {"recording": st.record_seconds, "scheduling": st.schedule_seconds,
                         "executing": st.execute_seconds, "backward": st.backward_seconds},
-                       reports, singles, apart)
+                       reports, singles, apart, _failed(scope))
+
+
+def _failed(scope):
+    plan = scope.failed_plan
+    if plan is None:
+        return None
+    e = scope.failure
+    return (f"flush {len(scope.plans)} raised {type(e).__name__}: {e}; its {plan.n_executed} nodes in "
+            f"{plan.n_batches} batches are not counted above")
 
 
 def _seconds(per_batch):
