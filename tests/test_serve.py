@@ -110,6 +110,7 @@ def test_a_full_queue_rejects_and_close_without_drain_fails_the_queued():
     np.testing.assert_allclose(first.result(10), np.tanh([1.0]), rtol=1e-6)
     for r in queued:
         assert isinstance(r.exception(10), BatcherClosedError)
+    assert (server.stats.requests, server.stats.failed, server.stats.queued) == (3, 2, 0)
     with pytest.raises(BatcherClosedError):
         server.submit([5.0])
 

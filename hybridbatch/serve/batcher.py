@@ -181,7 +181,7 @@ class Batcher:
                 self._queue.clear()
             self._wake.notify()
         closed = BatcherClosedError("the Batcher closed before this request ran")
-        _settle([(r, None, closed) for r in dropped if r.claim()])
+        self._fail([r for r in dropped if r.claim()], closed)
         if threading.current_thread() is not self._worker:     # model_fn may close its own Batcher
             self._worker.join(timeout)
 
@@ -215,10 +215,15 @@ class Batcher:
                 self._closed = True
                 left, self._queue = list(self._queue), collections.deque()
                 unsettled = [r for r in running if r.loop is not None or not r.future.done()]
-                self._counts["requests"] += len(unsettled)
-                self._counts["failed"] += len(unsettled)
-            _settle([(r, None, e) for r in unsettled] + [(r, None, e) for r in left if r.claim()])
+            self._fail(unsettled + [r for r in left if r.claim()], e)
             raise
+
+    def _fail(self, requests, e):
+        """Resolve claimed requests with exception e, counted as failed requests."""
+        with self._wake:
+            self._counts["requests"] += len(requests)
+            self._counts["failed"] += len(requests)
+        _settle([(r, None, e) for r in requests])
 
     def _next_batch(self):
         """The next batch's requests, once it is full or its oldest has waited max_delay
