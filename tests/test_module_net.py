@@ -8,7 +8,7 @@ import pytest
 from helpers import check_harness_runs, run_example
 
 import hybridbatch as hb
-from hybridbatch_workloads.bench.workload_module_net import (W7ModuleNet, forward_execution_speedup,
+from hybridbatch_workloads.bench.workload_module_net import (W7ModuleNet, forward_execution_speedup, main,
                                                              program_functions)
 from hybridbatch_workloads.data import shared_data_dir
 from hybridbatch_workloads.data.clevr import CLEVR_FUNCTIONS, ProgramNode, synthetic_programs
@@ -59,6 +59,19 @@ def test_w7_runs_through_the_harness():
     res = check_harness_runs("W7")
     speedup = forward_execution_speedup(res)
     assert speedup["train"] > 0 and speedup["infer"] > 0
+
+
+@pytest.mark.parametrize("text, message", [
+    (None, "No such file"), ("{", "Expecting property name"), ("[]", "not a `python -m hybridbatch.bench` result"),
+    ('{"workload": "W7", "config": {}, "batched": {}, "eager": null}', "no eager runs"),
+])
+def test_the_speedup_command_names_a_file_it_cannot_read(tmp_path, text, message):
+    path = tmp_path / "w7.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit) as stop:
+        main([str(path)])
+    assert str(stop.value).startswith(f"{path}: ") and message in str(stop.value)
 
 
 @pytest.mark.skipif(shared_data_dir() is None or not (shared_data_dir() / "clevr_programs").is_dir(),

@@ -147,10 +147,17 @@ def forward_execution_speedup(result):
 
 
 def main(paths):
+    """Print each result file's speedups; a file that is not a bench result with eager runs
+    exits with its path and what is wrong with it."""
     for path in paths:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
-        s = forward_execution_speedup(result)
+        try:
+            with open(path, encoding="utf-8") as f:
+                result = json.load(f)
+            if not isinstance(result, dict) or "batched" not in result or "config" not in result:
+                raise ValueError("not a `python -m hybridbatch.bench` result of one workload")
+            s = forward_execution_speedup(result)
+        except (OSError, ValueError) as e:      # JSONDecodeError is a ValueError
+            sys.exit(f"{path}: {e}")
         c = result["config"]
         print(f"{path}: {result['workload']} policy {c['policy']} batch {c['batch']}: forward execution "
               f"{s['train']:.1f}x (train), {s['infer']:.1f}x (infer); end to end {result['speedup']['train']:.1f}x "
