@@ -773,7 +773,13 @@ def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
     dtype = np.dtype(out_dtype)
     if dtype.kind not in "biufc":
         raise TypeError(f"py_func's out_dtype must be numeric (bool, integer, float or complex), not {dtype}")
-    out = apply(C.PyFunc, xs, (fn, grad_fn, shape, dtype))
+    handle = C.hold(fn, grad_fn)       # the node's functions: its data, not its signature's
+    try:
+        out = apply(C.PyFunc, xs, (C.function_name(fn), shape, dtype), handle)
+        if isinstance(out, Tensor):
+            C.keep(out, handle)
+    finally:
+        C.drop(handle)
     scope = _local.scope
     if scope is not None and not scope.tracing:
         scope.note_line(out.id)         # a node that runs alone: explain() names its line

@@ -64,7 +64,7 @@ def test_type_names_of_partials_and_callable_objects_hold_no_address():
         hb.py_func(_Doubler(), y, out_shape=(3,)).asnumpy()
     named = [k for k in keys if k.startswith("py_func")]
     assert len(named) == 2 and not any("0x" in k for k in named), named
-    assert any("_scale" in k and "3" in k for k in named) and any("_Doubler" in k for k in named), named
+    assert any("partial(_scale)" in k for k in named) and any("_Doubler" in k for k in named), named
 
 
 @pytest.mark.parametrize("types", [["a", "a"], "ab", {"a": 0, "b": 1}])

@@ -108,6 +108,9 @@ class Program:
         self.node_steps = tuple((step.slot, step.sig.id, step.sig.out_type, tuple(r for r in step.refs if r is not None),
                                  step.aux, int_column(step.aux)) for step in self.steps)
         self.params = {pid: by_id(pid) for step in self.steps for pid in step.sig.params if pid is not None}
+        for step in self.steps:
+            if step.sig.op.holds_aux:
+                step.sig.op.keep_aux(self, step.aux)
         self.op = Composite(self, owner)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
         self.sig_id = self.sig.id      # what recording a call appends

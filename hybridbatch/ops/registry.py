@@ -34,6 +34,9 @@ class Op:
     cost = 0             # agenda tie-break: cheap (elementwise) ops run before heavy ones
     uses_aux = False     # True: each node carries one integer (a row index, a label)
     any_aux = False      # True: every int is a valid one (packed numbers), taken as it is
+    holds_aux = False    # True: the int is a handle an owner must keep (py_func's functions):
+                         # check_aux keeps it for the recording scope, keep_aux(program, aux)
+                         # for a traced program
     aux_width = 1        # integers per node when uses_aux (block calls may take several)
     executed = True      # False for inputs, whose values exist at record time
     n_out = 1            # outputs per node; >1 returns a tuple (see ops/shape.Output)

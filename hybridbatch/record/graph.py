@@ -49,7 +49,7 @@ class Graph:
     """
 
     __slots__ = ("sig", "type", "depths", "aux", "aux_flat", "args", "arg_end", "constants", "origin",
-                 "_first_call")
+                 "_first_call", "__weakref__")
 
     def __init__(self, track_origin=False):
         self.sig = []         # per call
