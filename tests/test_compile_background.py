@@ -1,5 +1,5 @@
-"""Fused kernels compiled in the background: a run's steps go on unfused until its kernels
-are ready, with the same numbers, and a batch's backward follows its forward."""
+"""Fused kernels compiled in the background: a block's batches run its plain steps until its
+kernels are ready, with the same numbers, and a batch's backward follows its forward."""
 import json
 import logging
 import os
@@ -130,7 +130,7 @@ def test_once_compiled_the_next_batch_runs_the_kernels(held):
 
 
 def test_a_batch_whose_kernels_became_ready_after_its_forward_differentiates_unfused(held):
-    """Its forward ran the steps one by one; its backward does too, though the kernels are
+    """Its forward ran the plain steps; its backward does too, though the kernels are
     ready by then: one batch, one plan."""
     model = Steps()
     with hb.batching(granularity="block"):
@@ -172,18 +172,19 @@ def _first_head_step(block, fusion=True):
     return loss.item(), [block.w.grad.copy(), block.b.grad.copy()]
 
 
-def test_rows_the_loss_does_not_reach_are_differentiated_unfused_alike(held, monkeypatch):
-    """A batch's forward keeps its unfused runs' values, for every row; a backward that
-    reaches only some rows (`saved_rows`) recomputes them for those rows."""
+def test_rows_the_loss_does_not_reach_are_differentiated_alike_while_kernels_compile(held, monkeypatch):
+    """A batch whose runs still compile runs the program's plain steps, forward and
+    backward; a backward that reaches only some rows (`saved_rows`) takes those rows of them."""
     from hybridbatch.hybrid.composite import Composite
     subsets = []
     saved_rows = Composite.saved_rows
-    monkeypatch.setattr(Composite, "saved_rows", staticmethod(lambda saved, live: subsets.append(saved.unfused)
+    monkeypatch.setattr(Composite, "saved_rows", staticmethod(lambda saved, live: subsets.append(saved.units)
                                                               or saved_rows(saved, live)))
     model = Steps()
     got = _step(model, unread=True)
     assert not any(run.kernels.ready for run in model.runs())
-    assert subsets and all(kept for kept in subsets)          # the unfused runs' values were kept
+    plain = [program.steps for program in model.cell._programs.values()]
+    assert subsets and all(any(units is steps for steps in plain) for units in subsets)
     with hb.settings(fusion=False, compile_in_background=False):
         _assert_agree(got, _step(model, unread=True))
 
