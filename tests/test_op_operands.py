@@ -44,8 +44,9 @@ def _view(x, how):
 
 
 def _recorded(spec_, layout, rng):
-    """(sig, dims, per-node operand counts, the node's integer) of the op a spec records in
-    a scope, its operands Parameters ("shared") or constants ("inst") as the layout says."""
+    """(sig, dims, per-node operand counts, the node's integer, the scope) of the op a spec
+    records in a scope, its operands Parameters ("shared") or constants ("inst") as the
+    layout says. The scope holds what the integer names (a py_func's functions)."""
     d = spec_.dims(rng)
     arrays = [draw(rng, shape, dom, np.float32) for shape, dom in zip(spec_.shapes(d), spec_.doms())]
     with hb.batching() as scope:
@@ -54,7 +55,7 @@ def _recorded(spec_, layout, rng):
         g = scope.graph
         sig = signature.SIGS[g.sig[out.id]]
         count = g.arg_end[out.id] - (g.arg_end[out.id - 1] if out.id else 0)   # a ragged node's operands
-    return sig, d, count, g.aux[out.id]
+    return sig, d, count, g.aux[out.id], scope
 
 
 def _batch(spec_, sig, d, count, recorded_aux, rows, rng):
@@ -95,7 +96,7 @@ def _assert_same(got, want, what):
 def test_kernels_take_any_layout_and_write_no_operand(spec_):
     rng = np.random.default_rng(4000 + SPEC_IDS.index(spec_.id))
     for layout in layouts(spec_):
-        sig, d, count, recorded_aux = _recorded(spec_, layout, rng)
+        sig, d, count, recorded_aux, _scope = _recorded(spec_, layout, rng)
         op = sig.op
         for rows in (1, 3):         # an eager call, a batch
             xs, aux = _batch(spec_, sig, d, count, recorded_aux, rows, rng)
