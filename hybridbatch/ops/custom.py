@@ -9,12 +9,14 @@ block's program, an eager Tensor (`keep`).
 """
 import functools
 import itertools
+import threading
 import weakref
 
 from .registry import Op, register
 
 _functions = {}          # handle -> [fn, grad_fn, holders]
 _handles = itertools.count()
+_lock = threading.Lock()     # a traced program's handle is kept by scopes of several threads
 
 
 def hold(fn, grad_fn):
@@ -27,15 +29,17 @@ def hold(fn, grad_fn):
 
 def keep(owner, h):
     """Hold handle h until `owner` (a Graph, Program or Tensor) is collected."""
-    _functions[h][2] += 1
+    with _lock:
+        _functions[h][2] += 1
     weakref.finalize(owner, drop, h)
 
 
 def drop(h):
-    entry = _functions[h]
-    entry[2] -= 1
-    if not entry[2]:
-        del _functions[h]
+    with _lock:
+        entry = _functions[h]
+        entry[2] -= 1
+        if not entry[2]:
+            del _functions[h]
 
 
 @register
