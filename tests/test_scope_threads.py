@@ -4,6 +4,7 @@ A flush from a second thread runs the pending delta while the recording thread k
 to it; it used to fail with a raw IndexError and leave the recording thread's scope dead.
 """
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -153,3 +154,44 @@ def test_threads_meeting_a_new_type_at_once_all_read_its_entry():
     finally:
         sys.setswitchinterval(interval)
     assert errors == []
+
+
+@pytest.mark.parametrize("add", ["add_outer", "scatter_add_rows"])
+def test_backwards_on_several_threads_at_once_sum_into_a_shared_parameter(monkeypatch, add):
+    """Each thread's backward of its own closed scope adds into one Parameter. An add read
+    the gradient's void flag, then wrote it with the GIL released: two adds into a void
+    gradient both wrote it, and one thread's part was lost (the kernel is slowed here so
+    that they always overlap)."""
+    from hybridbatch.train import parameter
+    kernel = getattr(parameter, add)
+
+    def slow(*args, **kwargs):
+        time.sleep(0.01)
+        return kernel(*args, **kwargs)
+
+    W = hb.Parameter("W", (6, 4), rng=np.random.default_rng(1))
+    xs = np.random.default_rng(2).standard_normal((3, 4, 4)).astype(np.float32)
+
+    def loss(t):
+        with hb.batching():
+            if add == "add_outer":
+                return hb.add_n([hb.sum(hb.tanh(W @ x)) for x in xs[t]])
+            return hb.add_n([hb.sum(hb.tanh(hb.lookup(W, i))) for i in (0, 2, 2, 5)]) * float(t + 1)
+
+    for t in range(3):
+        loss(t).backward()
+    expected = W.peek_grad().copy()
+    W.zero_grad()
+    monkeypatch.setattr(parameter, add, slow)
+    losses = [loss(t) for t in range(3)]
+    barrier = threading.Barrier(3)
+
+    def run(t):
+        barrier.wait()
+        losses[t].backward()
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    np.testing.assert_allclose(W.peek_grad(), expected, rtol=1e-5, atol=1e-6)

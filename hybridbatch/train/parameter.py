@@ -7,6 +7,7 @@ import itertools
 import math
 import operator
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -175,6 +176,10 @@ class Parameter:
         self._grad_void = True     # True: _grad's numbers are not the gradient, which is zero,
         self._grad_factors = None  # or G^T X of these (G, X) (add_grad_outer): never with void False
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
+        # backward() may run on several threads at once (each scope's own): an add reads the
+        # void flag, then writes the gradient with the GIL released (BLAS); unguarded, two
+        # adds into a void gradient both wrote it and one thread's part was lost
+        self._grad_lock = threading.Lock()
         self.keep_grad_factors = False     # set by a Trainer whose step adds factors into the weight
         self.version = 0    # counts the changes of data (assigned, or a Trainer's step): backward checks it
         # validated by the property below; a parameter of integers or bools has no gradient
@@ -260,22 +265,24 @@ class Parameter:
 
     def add_grad(self, g):
         """grad += g (dense)."""
-        if self._grad_void and self._grad_factors is None:
-            self._grad[...] = g
-            self._grad_void = False
-        else:
-            self._grad_array()[...] += g
-        self._grad_rows = None
+        with self._grad_lock:
+            if self._grad_void and self._grad_factors is None:
+                self._grad[...] = g
+                self._grad_void = False
+            else:
+                self._grad_array()[...] += g
+            self._grad_rows = None
 
     def add_grad_rows(self, rows, values):
         """grad[rows[k]] += values[k], rows may repeat."""
-        scatter_add_rows(self._grad_array(), rows, values)
-        if self._grad_rows is not None:
-            self._grad_rows.append(rows)
-            if len(self._grad_rows) > 32:     # many backward calls without a step: compact
-                merged = self.grad_rows()
-                # past half the table, the dense update is as cheap: stop tracking
-                self._grad_rows = [merged] if 2 * len(merged) < self.shape[0] else None
+        with self._grad_lock:
+            scatter_add_rows(self._grad_array(), rows, values)
+            if self._grad_rows is not None:
+                self._grad_rows.append(rows)
+                if len(self._grad_rows) > 32:     # many backward calls without a step: compact
+                    merged = self.grad_rows()
+                    # past half the table, the dense update is as cheap: stop tracking
+                    self._grad_rows = [merged] if 2 * len(merged) < self.shape[0] else None
 
     def add_grad_outer(self, left, right):
         """grad += left^T @ right (add_outer: a loop for few rows, a GEMM into grad for many;
@@ -285,14 +292,16 @@ class Parameter:
         adds it straight into the weight (descend_outer), one pass over the weight in place
         of writing the gradient and reading it back; anything else multiplies it out first.
         Other rules read the gradient, so for them the copies would be work for nothing."""
-        self._grad_rows = None
-        void = self._grad_void and self._grad_factors is None
-        if void and self.keep_grad_factors and self._few_rows(left):
-            # G kept as its transpose, C-ordered: the layout add_outer's loop reads
-            self._grad_factors = (np.array(left.T, self.dtype, order="C").T, right.astype(self.dtype, copy=True))
-            return
-        add_outer(self._grad if void else self._grad_array(), left, right, void=void)
-        self._grad_void = False
+        with self._grad_lock:
+            self._grad_rows = None
+            void = self._grad_void and self._grad_factors is None
+            if void and self.keep_grad_factors and self._few_rows(left):
+                # G kept as its transpose, C-ordered: the layout add_outer's loop reads
+                self._grad_factors = (np.array(left.T, self.dtype, order="C").T,
+                                      right.astype(self.dtype, copy=True))
+                return
+            add_outer(self._grad if void else self._grad_array(), left, right, void=void)
+            self._grad_void = False
 
     def _few_rows(self, left):
         """Whether a product over left's rows is worth keeping as factors: a host weight
