@@ -195,3 +195,4 @@ def test_backwards_on_several_threads_at_once_sum_into_a_shared_parameter(monkey
     for thread in threads:
         thread.join()
     np.testing.assert_allclose(W.peek_grad(), expected, rtol=1e-5, atol=1e-6)
+

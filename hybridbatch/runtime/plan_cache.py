@@ -9,6 +9,7 @@ built-in and learned policies it is taken from the flush's shallowest node: they
 depths, so the same depths shifted schedule alike, and the rounds of an hb.map, each a step
 deeper than the last, match. A user's callable might read them as they are.
 """
+import threading
 from collections import OrderedDict
 
 from ..config import settings
@@ -30,18 +31,26 @@ def run_policy(policy, view):
 
 class ScheduleCache:
     """A bounded LRU of (order, batch_ptr) per (policy, structure), of at most
-    `settings.plan_cache_size` schedules (0 turns caching off)."""
+    `settings.plan_cache_size` schedules (0 turns caching off). Threads flushing their own
+    scopes share it: a lock makes each lookup and insertion whole (another thread's trim
+    could drop an entry between its lookup and its move to the end)."""
 
     def __init__(self):
         self._entries = OrderedDict()
+        self._lock = threading.Lock()
 
     def trim(self):
         """Drop the least recently used schedules beyond settings.plan_cache_size."""
+        with self._lock:
+            self._trim()
+
+    def _trim(self):
         while len(self._entries) > settings.plan_cache_size:
             self._entries.popitem(last=False)
 
     def clear(self):
-        self._entries.clear()
+        with self._lock:
+            self._entries.clear()
 
     def __len__(self):
         return len(self._entries)
@@ -56,13 +65,15 @@ class ScheduleCache:
         if len(depth) and (policy in _BUILT_IN or type(policy) is FSMPolicy):    # they only compare depths
             depth = depth - depth.min()
         key = (policy, global_sig.tobytes(), depth.tobytes(), view.arg_ptr.tobytes(), view.args.tobytes())
-        found = self._entries.get(key)
-        if found is not None:
-            self._entries.move_to_end(key)
-            return found[0], found[1], True
-        order, bptr = run_policy(policy, view)
-        self._entries[key] = (order, bptr)
-        self.trim()
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found[0], found[1], True
+        order, bptr = run_policy(policy, view)      # unlocked: other threads' lookups go on
+        with self._lock:
+            self._entries[key] = (order, bptr)
+            self._trim()
         return order, bptr, False
 
 
