@@ -115,7 +115,10 @@ class GateMath(hb.HybridBlock):
 
     def forward(self, x, y):
         s = hb.sigmoid(x) * hb.tanh(y) + hb.relu(x) - hb.exp(y * 0.01)
-        return s / (x + 1.0), hb.log(hb.exp(x) + 1.0)
+        powers = hb.sqrt(hb.abs(y)) + hb.abs(x) ** 1.5 + hb.pow(hb.abs(y), x)
+        # a NaN in either operand is the value, each operand's apart
+        return (s / (x + 1.0), hb.log(hb.exp(x) + 1.0), hb.maximum(x, y) * 2.0, hb.minimum(x, y) * 2.0,
+                hb.maximum(y, x) * 2.0, hb.minimum(y, x) * 2.0, powers)
 
 
 def _gate_math(fused, x, y):
@@ -124,7 +127,7 @@ def _gate_math(fused, x, y):
     with hb.settings(fusion=fused):
         with hb.batching(granularity="block"):
             outs = [block(a, b) for a, b in zip(x, y)]
-            vals = [(p.asnumpy(), q.asnumpy()) for p, q in outs]
+            vals = [[o.asnumpy() for o in out] for out in outs]
     return np.array(vals)
 
 
@@ -509,3 +512,30 @@ def test_wide_vectors_follow_numbas_target_not_only_the_host(monkeypatch, env, w
     for name, value in env.items():
         monkeypatch.setattr(vector_width.numba_config, name, value)
     assert vector_width.targets_avx512() is wide
+
+
+class _Chooses(hb.HybridBlock):
+    def forward(self, a, b):
+        return hb.maximum(a, b) * 2.0 + hb.minimum(b, a) * 3.0
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_nan_operand_of_maximum_or_minimum_takes_the_gradient_as_in_eager(fused):
+    """Where either operand is NaN the second takes all of the gradient (eager's rule); the
+    fused rule had given it to neither."""
+    x = np.array([1.0, -5.0, 3.0, np.nan, 2.0], np.float32)
+    y = np.array([np.nan, np.nan, 0.0, 2.0, 2.0], np.float32)
+
+    def grads(mode):
+        a, b = hb.Parameter("a", (5,), init=0.0), hb.Parameter("b", (5,), init=0.0)
+        a.data, b.data = x, y
+        block = _Chooses()
+        block.hybridize()
+        with hb.settings(fusion=fused), np.errstate(invalid="ignore"):
+            recorded(mode, lambda: hb.sum(block(a * 1.0, b * 1.0)) * 1.0).backward()
+        return a.grad.copy(), b.grad.copy()
+
+    (ga, gb), (ea, eb) = grads("block"), grads("eager")
+    np.testing.assert_array_equal(ga, ea)
+    np.testing.assert_array_equal(gb, eb)
+    np.testing.assert_array_equal(ea, [3.0, 3.0, 2.0, 3.0, 2.5])     # min(b, a): a takes it past a NaN

@@ -505,9 +505,10 @@ class _Choose(_Binary):
         return ga, (gy - ga if needs[1] else None)
 
     def scalar(self, attrs, t, a, b):
-        def share(u, v):
-            return f"(F(1.0) if {u} {self.beats} {v} else (F(0.5) if {u} == {v} else F(0.0)))"
-        return f"{self.fn}({a}, {b})", [share(a, b), share(b, a)]
+        """As numpy and df: a NaN in either operand is the value (Python's max would return
+        a for a NaN b), and b takes what a does not (all of it past a NaN)."""
+        share = f"(F(1.0) if {a} {self.beats} {b} else (F(0.5) if {a} == {b} else F(0.0)))"
+        return f"({a} if ({a} {self.beats} {b} or {a} != {a}) else {b})", [share, f"(F(1.0) - {share})"]
 
 
 @register
@@ -516,7 +517,7 @@ class Maximum(_Choose):
     name = "maximum"
     f = staticmethod(np.maximum)
     wins = staticmethod(lambda a, b: a > b)
-    beats, fn = ">", "max"
+    beats = ">"
 
 
 @register
@@ -525,7 +526,7 @@ class Minimum(_Choose):
     name = "minimum"
     f = staticmethod(np.minimum)
     wins = staticmethod(lambda a, b: a < b)
-    beats, fn = "<", "min"
+    beats = "<"
 
 
 @register
