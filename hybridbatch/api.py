@@ -781,7 +781,7 @@ def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
     finally:
         C.drop(handle)
     scope = _local.scope
-    if scope is not None and not scope.tracing:
+    if scope is not None and not scope.tracing and out.__class__ is Future:
         scope.note_line(out.id)         # a node that runs alone: explain() names its line
     return out
 

@@ -3,6 +3,7 @@
 A flush from a second thread runs the pending delta while the recording thread keeps appending
 to it; it used to fail with a raw IndexError and leave the recording thread's scope dead.
 """
+import concurrent.futures
 import threading
 import time
 
@@ -196,3 +197,34 @@ def test_backwards_on_several_threads_at_once_sum_into_a_shared_parameter(monkey
         thread.join()
     np.testing.assert_allclose(W.peek_grad(), expected, rtol=1e-5, atol=1e-6)
 
+
+
+def test_a_scope_exited_on_another_thread_leaves_both_threads_their_own(W):
+    """A generator holding `with hb.batching()`, advanced on a worker and closed on the main
+    thread: the exit cleared the main thread's own open scope, and the worker kept the closed
+    one as current for good (every later op there raised "this batching scope is closed",
+    every new scope "batching scopes do not nest")."""
+    x = np.ones(3, np.float32)
+
+    def stream():
+        with hb.batching():
+            yield hb.tanh(W @ x)
+
+    def later():
+        eager = hb.tanh(W @ x)
+        with hb.batching():
+            batched = hb.tanh(W @ x)
+        return type(eager).__name__, batched.asnumpy()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as worker:
+        held = stream()
+        worker.submit(next, held).result()
+        with hb.batching() as mine:
+            y = hb.tanh(W @ x)
+            held.close()                # the worker's scope exits here, on this thread
+            assert hb.record.scope.current() is mine
+            z = hb.tanh(y)
+        kind, value = worker.submit(later).result()
+    assert kind == "Tensor"
+    np.testing.assert_allclose(value, np.tanh(W.data @ x), rtol=1e-6)
+    np.testing.assert_allclose(z.asnumpy(), np.tanh(np.tanh(W.data @ x)), rtol=1e-6)

@@ -268,6 +268,8 @@ class HybridBlock(Block):
 
     def __call__(self, *args, **kwargs):
         scope = _local.scope
+        if scope is not None and not scope.open:    # exited on another thread: eager here again
+            scope = _scope.current()
         if kwargs:
             if not self._active or (scope is not None and scope.tracing):   # forward runs as written
                 return self.forward(*args, **kwargs)

@@ -17,7 +17,7 @@ per instance would otherwise spend most of its suspension cost there.
 import reprlib
 import threading
 
-from .scope import _local
+from .scope import current
 from ..ops import random
 
 try:
@@ -47,7 +47,7 @@ def map(fn, instances):
     >>> labels, scope.stats.flushes               # three reads, one flush
     (['pos', 'neg', 'pos'], 1)
     """
-    scope = _local.scope
+    scope = current()
     if scope is not None and scope.tracing:
         return [fn(x) for x in instances]
     instances = list(instances)
@@ -86,7 +86,7 @@ def each(fn, instances):
     if greenlet is None:
         raise ImportError("hb.map inside a batching scope runs each instance as a greenlet, and greenlet is not "
                           "installed: pip install hybridbatch[map]")
-    return _run(_local.scope, fn, instances, random.split(len(instances)))
+    return _run(current(), fn, instances, random.split(len(instances)))
 
 
 class _Instance(greenlet if greenlet is not None else object):

@@ -25,7 +25,7 @@ from ..runtime.plan import Plan, graph_lower_bound
 from ..schedule import DEFAULT_POLICY, get_policy
 from ..hybrid.arguments import BlockInt
 from ..runtime import backend
-from . import signature
+from . import eager, signature
 
 
 class _Local(threading.local):
@@ -53,8 +53,12 @@ _READ_IN_TRACE = ("a hybridized block's forward, while traced, cannot read a val
 
 
 def current():
-    """The batching scope recording on this thread, or None (eager mode)."""
-    return _local.scope
+    """The batching scope recording on this thread, or None (eager mode). A scope exited on
+    another thread (a generator holding it, closed there) is no longer this thread's."""
+    scope = _local.scope
+    if scope is not None and not scope.open:
+        _local.scope = scope = None
+    return scope
 
 
 @dataclass
@@ -145,7 +149,8 @@ class batching:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _local.scope = None
+        if _local.scope is self:    # on another thread, that thread's own scope stays
+            _local.scope = None
         try:
             if exc_type is None:
                 self.forward()
@@ -164,6 +169,9 @@ class batching:
     def record(self, op, args, attrs=(), aux=-1):
         """Append one node for `op` over `args`; returns its Future."""
         if not self.open:
+            if _local.scope is self:        # exited on another thread: this one runs eagerly again
+                _local.scope = None
+                return eager.apply(op, args, attrs, aux)
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
         g = self.graph
         types = g.type
@@ -261,6 +269,9 @@ class batching:
     def constant(self, value):
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
         if not self.open:
+            if _local.scope is self:        # exited on another thread: this one runs eagerly again
+                _local.scope = None
+                return eager.constant(value)
             raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
         if value.__class__ is np.ndarray and value.dtype.kind in "fiub" and backend.xp() is np:
             return self._owned_constant(value.copy())    # the common case: a copy, as to_array makes
