@@ -140,6 +140,22 @@ def test_infer_awaits_in_asyncio():
         np.testing.assert_allclose(out, _eager(model, x), rtol=1e-5, atol=1e-6)
 
 
+def test_stats_count_a_request_by_the_time_its_result_arrives():
+    """The counts were updated after the results were set: a caller woken by its result
+    often did not find its request in stats yet."""
+    model = Scorer()
+
+    async def main(server):
+        seen = []
+        for round_ in range(20):
+            await asyncio.gather(*(server.infer(x) for x in _inputs(3, seed=round_)))
+            seen.append(server.stats.requests)
+        return seen
+
+    with Batcher(model.infer, max_delay_ms=1) as server:
+        assert asyncio.run(main(server)) == [3 * (k + 1) for k in range(20)]
+
+
 def test_an_awaited_request_cancelled_while_queued_never_runs():
     gate = _Gate()
 

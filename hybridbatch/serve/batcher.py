@@ -247,14 +247,14 @@ class Batcher:
             outcomes = self._outcomes([r.instance for r in batch])
         except Exception as e:      # the flush failed: find the failing requests by running each alone
             outcomes = [(None, e)] if len(batch) == 1 else [self._alone(r.instance) for r in batch]
-        _settle([(r, result, error) for r, (result, error) in zip(batch, outcomes)])
         failed = sum(error is not None for _, error in outcomes)
-        with self._wake:
+        with self._wake:        # counted first: a caller woken by its result sees it in stats
             c = self._counts
             c["requests"] += len(batch)
             c["failed"] += failed
             c["batches"] += 1
             c["largest_batch"] = max(c["largest_batch"], len(batch))
+        _settle([(r, result, error) for r, (result, error) in zip(batch, outcomes)])
 
     def _outcomes(self, instances):
         """[(result, None) or (None, exception)] per instance, from one scope."""
