@@ -539,3 +539,23 @@ def test_a_nan_operand_of_maximum_or_minimum_takes_the_gradient_as_in_eager(fuse
     np.testing.assert_array_equal(ga, ea)
     np.testing.assert_array_equal(gb, eb)
     np.testing.assert_array_equal(ea, [3.0, 3.0, 2.0, 3.0, 2.5])     # min(b, a): a takes it past a NaN
+
+
+class _Squashes(hb.HybridBlock):
+    def forward(self, x):
+        return hb.tanh(x) * 1.0, hb.log(1.0 - hb.sigmoid(x)) * 1.0
+
+
+def test_the_fused_tanh_never_leaves_minus_one_to_one():
+    """Its fit reached 1.0000001 near |x| = 8.8: 1 - tanh^2 turned negative, and 1 - sigmoid
+    below zero made log(1 - sigmoid(x)) NaN where eager is finite."""
+    x = np.linspace(7.0, 20.0, 2001).astype(np.float32)
+    x = np.concatenate([x, -x])
+    block = _Squashes()
+    block.hybridize()
+    with hb.batching(granularity="block"), np.errstate(divide="ignore"):     # log(0) past x = 17
+        outs = [block(x) for _ in range(2)]
+        squashed, logs = (v.asnumpy() for v in outs[0])
+        eager = block(x)[1].asnumpy()
+    assert np.abs(squashed).max() <= 1.0
+    assert not (np.isnan(logs) & ~np.isnan(eager)).any()
