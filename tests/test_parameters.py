@@ -517,3 +517,22 @@ def test_a_function_made_per_call_shares_one_signature_and_is_freed_with_its_val
                                       for k, w in zip((2.0, 3.0), Wx)), rel=1e-5)
     for k, g in zip((2.0, 3.0), grads):
         np.testing.assert_allclose(g, 2 * k * np.ones((3, 1)) * x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["eager", "op", "block"])
+def test_py_func_gets_operands_and_gradients_it_cannot_write(mode):
+    """A grad_fn that scaled gy in place tripled other operands' gradients in eager mode
+    only, and an fn that wrote its operand changed the value other ops read."""
+    def scales_gy(a, y, gy):
+        gy *= 3.0
+        return (gy,)
+
+    def writes_x(a):
+        a += 100.0
+        return a
+
+    P = hb.Parameter("P", (3,), init=1.0)
+    with pytest.raises(ValueError, match="read-only"):
+        recorded(mode, lambda: hb.sum(hb.py_func(np.copy, P * 1.0, out_shape=(3,), grad_fn=scales_gy))).backward()
+    with pytest.raises(ValueError, match="read-only"):
+        recorded(mode, lambda: hb.sum(hb.py_func(writes_x, P * 1.0, out_shape=(3,)))).asnumpy()

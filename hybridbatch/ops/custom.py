@@ -12,6 +12,8 @@ import itertools
 import threading
 import weakref
 
+import numpy as np
+
 from .registry import Op, register
 
 _functions = {}          # handle -> [fn, grad_fn, holders]
@@ -87,7 +89,7 @@ class PyFunc(Op):
             fn, grad_fn, _ = _functions[h]
             if grad_fn is None:
                 raise NotImplementedError(f"py_func {_name(fn)} has no grad_fn")
-            row = _gradients(grad_fn, grad_fn(*_row(xs, sig, b), y[b], gy[b]), len(xs))
+            row = _gradients(grad_fn, grad_fn(*_row(xs, sig, b), _read_only(y[b]), _read_only(gy[b])), len(xs))
             for i, (g, shape) in enumerate(zip(row, sig.in_shapes)):
                 # a wrong shape would broadcast into the operand's gradient silently
                 if needs[i] and g is not None and xp.shape(g) != shape:
@@ -107,7 +109,16 @@ class PyFunc(Op):
 
 def _row(xs, sig, b):
     """Instance b's operands: its row of each batched operand, shared parameters whole."""
-    return tuple(x if shared else x[b] for x, shared in zip(xs, sig.shared))
+    return tuple(_read_only(x if shared else x[b]) for x, shared in zip(xs, sig.shared))
+
+
+def _read_only(x):
+    """A view of x that the user's function cannot write: an operand is a value other ops
+    read (or a gradient eager mode sums on), and writing it changed them."""
+    if isinstance(x, np.ndarray):
+        x = x.view()
+        x.flags.writeable = False
+    return x
 
 
 def _gradients(grad_fn, result, n):
