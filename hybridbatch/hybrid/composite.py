@@ -8,6 +8,7 @@ reverse. While a fused run's kernels still compile, a batch runs the program's p
 (Op.extra_out_sigs, input_use, owner_block, params_used, locate_nonfinite).
 """
 import itertools
+import weakref
 
 import numpy as np
 
@@ -43,7 +44,7 @@ class Composite(Op):
         self.uses_aux = program.n_ints > 0
         self.aux_width = max(program.n_ints, 1)
         self.input_use = program.input_use
-        self.owner_block = owner
+        self._owner = weakref.ref(owner)     # weak: interned with the signature, it must not keep the block
         self.extra_out_sigs = [signature.intern(Output, (j, t), ())
                                for j, t in enumerate(program.out_types) if j]
         self._units = None
@@ -55,8 +56,13 @@ class Composite(Op):
     def infer(self, attrs, shapes, dtypes):
         return signature.TYPES[self.program.out_types[0]]
 
+    @property
+    def owner_block(self):
+        """The HybridBlock whose forward this runs, or None once it is collected."""
+        return self._owner()
+
     def params_used(self, sig):
-        return list(self.program.params)
+        return list(self.program.param_ids)
 
     def units(self, xp):
         """The program's steps as they run on `xp`: lowered (numpy backend, fusion on), once;

@@ -107,7 +107,9 @@ class Program:
         # per step, what appending its node to a scope's graph needs (record_into)
         self.node_steps = tuple((step.slot, step.sig.id, step.sig.out_type, tuple(r for r in step.refs if r is not None),
                                  step.aux, int_column(step.aux)) for step in self.steps)
-        self.params = {pid: by_id(pid) for step in self.steps for pid in step.sig.params if pid is not None}
+        # by id only: the block holds them (a scope holds the blocks it called), so a model
+        # let go is collected though its signatures stay interned
+        self.param_ids = tuple(dict.fromkeys(pid for step in self.steps for pid in step.sig.params if pid is not None))
         for step in self.steps:
             if step.sig.op.holds_aux:
                 step.sig.op.keep_aux(self, step.aux)
@@ -132,7 +134,6 @@ class Program:
         lookups run. ids: the inputs' node ids. Returns the outputs' Futures."""
         if ints:
             self.check_ints(ints)       # int_checks holds the dead steps' too
-        scope.params.update(self.params)      # signatures name them by id: keep them alive
         g = scope.graph
         types, sigs, auxs, args, arg_end = g.type, g.sig, g.aux, g.args, g.arg_end
         vals = [None] * self.n_slots

@@ -116,7 +116,9 @@ class batching:
         self.check_numerics = check_numerics
         self.graph = Graph(track_origin=check_numerics)
         self.plans = []
-        self.params = {}
+        self.params = {}            # pid -> the Parameters recorded operands name by id
+        self.blocks = {}            # id -> the hybridized blocks called (they hold their Parameters)
+        self.held_block = None      # the last of them: a block called again is not looked up
         self.arenas = []
         self.loc_arena = Growable(np.int64)
         self.loc_row = Growable(np.int64)
