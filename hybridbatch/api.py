@@ -447,15 +447,26 @@ def split(x, sections, axis=0):
     >>> i.asnumpy(), f.asnumpy()
     (array([1., 2.], dtype=float32), array([3., 4.], dtype=float32))
     """
-    axis = _axis("split", axis, x)
-    n = shape_of(x)[axis]
-    if not isinstance(sections, (int, np.integer)) or sections < 1:
-        raise ValueError(f"split into {sections} parts: sections must be a positive integer")
-    if n % sections:
-        raise ValueError(f"cannot split an axis of length {n} into {sections} equal parts")
-    step = n // sections
-    lead = (np.s_[:],) * axis
-    return [slice(x, lead + (np.s_[i * step:(i + 1) * step],)) for i in range(sections)]
+    shape = shape_of(x)
+    plain = sections.__class__ is int and axis.__class__ is int      # True == 1 and 2.0 == 2 as keys
+    key = (shape, sections, axis)
+    parts = _split_attrs.get(key) if plain else None
+    if parts is None:
+        axis = _axis("split", axis, x)
+        n = shape[axis]
+        if not isinstance(sections, (int, np.integer)) or isinstance(sections, (bool, np.bool_)) or sections < 1:
+            raise ValueError(f"split into {sections} parts: sections must be a positive integer")
+        if n % sections:
+            raise ValueError(f"cannot split an axis of length {n} into {sections} equal parts")
+        step = n // sections
+        lead = (np.s_[:],) * axis
+        parts = [normalize_index(lead + (np.s_[i * step:(i + 1) * step],), shape) for i in range(sections)]
+        if plain:
+            _split_attrs[key] = parts
+    return [apply(S.Slice, (x,), attrs) for attrs in parts]
+
+
+_split_attrs = {}      # (shape, sections, axis) -> each part's Slice attrs: split is an LSTM's every step
 
 
 def reshape(x, shape):
