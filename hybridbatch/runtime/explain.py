@@ -21,6 +21,7 @@ import statistics
 from collections import Counter, defaultdict
 
 from ..record import signature
+from ..schedule import POLICIES
 from .plan import SLICE, graph_chains
 
 SINGLES_SHOWN = 20      # singles listed by str(); as_dict() keeps them all
@@ -75,6 +76,8 @@ class Explanation:
     singles: list           # Single, in flush and batch order
     apart: list             # ApartByParameters, most signatures first
     failed: str = None      # the flush whose kernel raised, not counted in the figures above
+    policies: dict = None   # where the policy spread signatures: batches each quick built-in
+                            # policy makes of the same flushes, the scope's own included
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -92,10 +95,13 @@ class Explanation:
                          f"{_time(s.backward_seconds):>10}  {s.description}")
         spread = [s for s in self.signatures if s.flushes == 1 and 0 < s.chain < s.batches]
         if spread:
-            lines += ["", "ran in more batches than their longest chain of dependent nodes (the policy's order: "
-                          "policy=\"greedy-frontier\" or \"search\" may run them in fewer):"]
+            lines += ["", "ran in more batches than their longest chain of dependent nodes (the policy's order):"]
             for s in spread:
                 lines.append(f"  {s.description}: {s.batches} batches, its longest chain {s.chain}")
+            if self.policies:
+                lines.append("  the same flushes under each quick built-in policy: "
+                             + ", ".join(f"{name} {n}" for name, n in self.policies.items()) + " batches"
+                             + _policy_advice(self.policies))
         if self.apart:
             lines += ["", "ran apart because their Parameters differ (a batch shares its Parameters):"]
             for a in self.apart:
@@ -110,6 +116,16 @@ class Explanation:
         if self.failed:
             lines += ["", self.failed]
         return "\n".join(lines)
+
+
+def _policy_advice(counts):
+    """A policy to try, from the counts of the same flushes: the fewest batches, where it
+    beats the scope's own (the first); search, which plans for seconds, is never counted."""
+    own, *_ = counts.values()
+    best = min(counts, key=counts.get)
+    if counts[best] >= own:
+        return "; none runs them in fewer (policy=\"search\" may, planning for seconds per new structure)"
+    return f"; policy=\"{best}\" runs them in {counts[best]}"
 
 
 def _time(seconds):
@@ -171,10 +187,25 @@ def explain(scope):
              for d, rs in alike.items() if len(rs) > 1]
     apart.sort(key=lambda a: (-a.signatures, -a.nodes))
     st = scope.stats
+    spread = any(r.flushes == 1 and 0 < r.chain < r.batches for r in reports)
     return Explanation(st.nodes, st.batches, st.lower_bound, st.flushes, st.forced_flushes,
                        {"recording": st.record_seconds, "scheduling": st.schedule_seconds,
                         "executing": st.execute_seconds, "backward": st.backward_seconds},
-                       reports, singles, apart, _failed(scope))
+                       reports, singles, apart, _failed(scope), _policy_counts(scope) if spread else None)
+
+
+QUICK_POLICIES = ("critical-path", "tail-last", "agenda", "depth", "greedy-frontier")
+
+
+def _policy_counts(scope):
+    """{policy: batches} over the scope's flushes for the quick built-in policies, the
+    scope's own first; None where the scope's policy is not one of them (a learned or user
+    policy, or search)."""
+    own = next((name for name, p in POLICIES.items() if p is scope.policy), None)
+    if own not in QUICK_POLICIES:
+        return None
+    names = [own] + [name for name in QUICK_POLICIES if name != own]
+    return {name: sum(len(POLICIES[name](plan.view)[1]) - 1 for plan in scope.plans) for name in names}
 
 
 def _failed(scope):
@@ -229,7 +260,9 @@ def _own_signature(sig, nodes_of):
     shapes = [o for o in others if len(o.in_shapes) == len(sig.in_shapes) and o.in_shapes != sig.in_shapes]
     if shapes:
         seen = ", ".join(sorted({str(o.in_shapes) for o in shapes})[:3])
-        return f"a shape of its own: {op.name} also ran on {seen} in this flush (shapes never batch together)"
+        return (f"a shape of its own: {op.name} also ran on {seen} in this flush (shapes never batch together: "
+                f"pad to one length, or keep per-instance lengths as lists of vectors and use the list ops, "
+                f"hb.softmax/hb.add_n/hb.max of a list)")
     if arity:
         seen = ", ".join(str(n) for n in sorted({len(o.in_shapes) for o in arity})[:5])
         return (f"an arity of its own ({len(sig.in_shapes)} operands): {op.name} also ran with {seen} in this "
