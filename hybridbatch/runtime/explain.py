@@ -78,6 +78,7 @@ class Explanation:
     failed: str = None      # the flush whose kernel raised, not counted in the figures above
     policies: dict = None   # where the policy spread signatures: batches each quick built-in
                             # policy makes of the same flushes, the scope's own included
+    recording: str = None   # where recording primitive ops took a third of the time: what to do
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -113,6 +114,8 @@ class Explanation:
                 lines.append(f"  flush {s.flush}, node {s.node}: {s.description}: {s.reason}")
             if len(self.singles) > SINGLES_SHOWN:
                 lines.append(f"  ... {len(self.singles) - SINGLES_SHOWN} more (explain().singles has them all)")
+        if self.recording:
+            lines += ["", self.recording]
         if self.failed:
             lines += ["", self.failed]
         return "\n".join(lines)
@@ -191,7 +194,25 @@ def explain(scope):
     return Explanation(st.nodes, st.batches, st.lower_bound, st.flushes, st.forced_flushes,
                        {"recording": st.record_seconds, "scheduling": st.schedule_seconds,
                         "executing": st.execute_seconds, "backward": st.backward_seconds},
-                       reports, singles, apart, _failed(scope), _policy_counts(scope) if spread else None)
+                       reports, singles, apart, _failed(scope), _policy_counts(scope) if spread else None,
+                       _recording_hint(st, reports))
+
+
+RECORDING_HINT_NODES = 500      # fewer nodes: the times are too small to tell
+
+
+def _recording_hint(st, reports):
+    """Advice where recording primitive ops, one Python call a node, took a third of the
+    time or more (half as long as scheduling, running and backward together) and no block
+    call ran: a hybridized block records its whole forward as one node a call."""
+    work = st.schedule_seconds + st.execute_seconds + st.backward_seconds
+    if st.nodes < RECORDING_HINT_NODES or 2 * st.record_seconds < work or any(
+            r.description.startswith("block:") for r in reports):
+        return None
+    return (f"recording took {st.record_seconds:.4f} s, scheduling, running and backward {work:.4f} s: "
+            f"{st.nodes} nodes, each one hb call. Writing the per-step computation (a cell) as a "
+            f"HybridBlock and calling block.hybridize() records one node per call, and runs it fused (the "
+            f"user guide's Blocks and granularity)")
 
 
 QUICK_POLICIES = ("critical-path", "tail-last", "agenda", "depth", "greedy-frontier")
