@@ -475,7 +475,13 @@ def reshape(x, shape):
 
     >>> hb.reshape(hb.array(np.arange(6.0)), (2, -1)).shape
     (2, 3)
+    >>> hb.array(np.arange(6.0)).reshape(3, 2).shape
+    (3, 2)
     """
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)            # numpy's reshape(x, 4)
+    elif not isinstance(shape, (tuple, list)):
+        raise TypeError(f"reshape's shape must be an integer or a tuple of integers, not {type(shape).__name__}")
     shape = tuple(as_int("reshape's shape", s) for s in shape)
     if shape.count(-1) == 1:
         size, rest = math.prod(shape_of(x)), -math.prod(shape)

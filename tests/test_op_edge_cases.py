@@ -71,8 +71,9 @@ def test_bool_index_raises_at_the_call(key):
 
 
 @pytest.mark.parametrize("fn", [lambda x: hb.reshape(x, (3.5, 2)), lambda x: hb.sum(x, axis=True),
-                                lambda x: hb.concat([x, x], axis=True), lambda x: hb.split(x, 3, axis=True)],
-                         ids=["reshape_float", "sum_bool_axis", "concat_bool_axis", "split_bool_axis"])
+                                lambda x: hb.concat([x, x], axis=True), lambda x: hb.split(x, 3, axis=True),
+                                lambda x: hb.reshape(x, True)],
+                         ids=["reshape_float", "sum_bool_axis", "concat_bool_axis", "split_bool_axis", "reshape_bool"])
 def test_non_integer_shape_or_axis_raises_at_the_call(fn):
     """int() made a (3.5, 2) shape (3, 2), and a bool axis True axis 1; numpy refuses both."""
     _raises_at_the_call(fn, (np.arange(6, dtype=np.float32).reshape(2, 3),), TypeError)
@@ -329,3 +330,26 @@ def test_topk_counts_nan_as_largest_as_max_and_argmax_do(mode):
             (values, indices), first = picks()
     assert indices.asnumpy().tolist() == [2, 4, 1] and int(first) == 2 == int(np.argmax(x))
     assert np.isnan(values.asnumpy()[:2]).all() and values.asnumpy()[2] == np.inf
+
+
+@pytest.mark.parametrize("mode", ["eager", "op"])
+def test_values_have_numpys_reshape_sum_mean_max_min_and_unary_plus(mode):
+    """Code written against arrays: x.reshape(3, 2), x.sum(axis=0), +x and hb.reshape(x, 6)
+    failed ('int' object is not iterable, no attribute 'sum', bad operand for unary +)."""
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def values():
+        x = hb.array(data)
+        return [hb.reshape(x, 6), x.reshape(3, 2), x.reshape((3, 2)), x.reshape(-1), +x, x.sum(), x.sum(axis=0),
+                x.mean(axis=1, keepdims=True), x.max(), x.min(axis=0)]
+
+    if mode == "eager":
+        got = [v.asnumpy() for v in values()]
+    else:
+        with hb.batching(granularity=mode):
+            pending = values()
+        got = [v.asnumpy() for v in pending]
+    want = [data.reshape(6), data.reshape(3, 2), data.reshape(3, 2), data.reshape(-1), data, data.sum(),
+            data.sum(axis=0), data.mean(axis=1, keepdims=True), data.max(), data.min(axis=0)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
