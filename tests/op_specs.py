@@ -100,7 +100,8 @@ def _rank_any(rng):
 
 # unary elementwise ops (hb.<name>), on values of rank 0..2: name, numpy reference, domain
 UNARY = [("tanh", np.tanh, "any"), ("sigmoid", sigmoid_np, "any"), ("relu", lambda x: np.maximum(x, 0.0), "away0"),
-         ("exp", np.exp, "any"), ("log", np.log, "pos"), ("abs", np.abs, "away0"), ("sqrt", np.sqrt, "pos")]
+         ("exp", np.exp, "any"), ("log", np.log, "pos"), ("abs", np.abs, "away0"), ("sqrt", np.sqrt, "pos"),
+         ("softplus", lambda x: np.logaddexp(0.0, x), "any"), ("log_sigmoid", lambda x: -np.logaddexp(0.0, -x), "any")]
 for _name, _ref, _dom in UNARY:
     spec(_name, _name, _rank_any, [(_same("s"), _dom)],
          (lambda name: lambda xs, d, a: getattr(hb, name)(xs[0]))(_name),

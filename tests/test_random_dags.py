@@ -158,9 +158,11 @@ class Builder:
             x, lo, hi = self.node(hb.sigmoid(x) + 0.5), 0.5, 1.5
         self.push(getattr(hb, name)(x), float(np.abs(ref(np.linspace(lo, hi, 65))).max()))
 
-    def scalar(self):
+    SCALAR_KINDS = 7
+
+    def scalar(self, kind=None):
         x, b = self.take(self.choice(CORE))
-        kind = self.pick_index(7)
+        kind = self.pick_index(self.SCALAR_KINDS) if kind is None else kind
         if kind == 6:                       # a float64 value keeps its numbers as an operand
             self.push(hb.cast(hb.cast(x, np.float64) * 1.5, np.float32), 1.5 * b)
         elif kind == 0:
@@ -488,7 +490,11 @@ def build(rng, params, hook=None, min_nodes=MIN_NODES):
     kinds = list(Builder.STEPS)
     rng.shuffle(kinds)
     for kind in kinds:                       # every op kind at least once, then at random
-        b.step(kind)
+        if kind == "scalar":                 # each of its forms: one is the only float64 operand
+            for form in range(Builder.SCALAR_KINDS):
+                b.scalar(form)
+        else:
+            b.step(kind)
         if hook:
             hook(b.nodes)
     while len(b.nodes) < min_nodes:

@@ -61,7 +61,8 @@ class Tanh(_Unary):
 @register
 class Sigmoid(_Unary):
     """1 / (1 + exp(-x)), elementwise: gates in (0, 1). Computed as 0.5 * (1 + tanh(x / 2)),
-    it never overflows.
+    it never overflows, within 6e-8 of the exact value; below about -16 that is most of it
+    (0 from about -20 in float32), so take log(sigmoid(x)) as hb.log_sigmoid(x).
 
     >>> hb.sigmoid(hb.array([-100.0, 0.0, 2.0])).asnumpy().round(3)
     array([0.   , 0.5  , 0.881], dtype=float32)
@@ -102,6 +103,56 @@ class Relu(_Unary):
 
     def scalar(self, attrs, t, x):
         return f"max({x}, F(0.0))", [f"(F(1.0) if {t} > F(0.0) else F(0.0))"]
+
+
+@register
+class Softplus(_Unary):
+    """log(1 + exp(x)), elementwise, as max(x, 0) + log1p(exp(-|x|)): it never overflows, and
+    its gradient is sigmoid(x).
+
+    >>> hb.softplus(hb.array([-100.0, 0.0, 100.0])).asnumpy().round(3)
+    array([  0.   ,   0.693, 100.   ], dtype=float32)
+    """
+    name = "softplus"
+    zero_exact = True
+
+    def f(self, xp, x, attrs):
+        return xp.maximum(x, x.dtype.type(0)) + xp.log1p(xp.exp(-xp.abs(x)))
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * _logistic(xp, x)
+
+    def scalar(self, attrs, t, x):
+        return f"max({x}, F(0.0)) + np.log1p(np.exp(-abs({x})))", [f"(F(1.0) / (F(1.0) + np.exp(-{x})))"]
+
+
+@register
+class LogSigmoid(_Unary):
+    """log(sigmoid(x)) = -softplus(-x), elementwise, as min(x, 0) - log1p(exp(-|x|)): exact
+    where log(sigmoid(x)) underflows to -inf (a logistic loss of a large margin).
+
+    >>> hb.log_sigmoid(hb.array([-100.0, 0.0, 100.0])).asnumpy().round(3)
+    array([-100.   ,   -0.693,   -0.   ], dtype=float32)
+    """
+    name = "log_sigmoid"
+    zero_exact = True
+
+    def f(self, xp, x, attrs):
+        return xp.minimum(x, x.dtype.type(0)) - xp.log1p(xp.exp(-xp.abs(x)))
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * _logistic(xp, -x)
+
+    def scalar(self, attrs, t, x):
+        return f"min({x}, F(0.0)) - np.log1p(np.exp(-abs({x})))", [f"(F(1.0) / (F(1.0) + np.exp({x})))"]
+
+
+def _logistic(xp, x):
+    """1 / (1 + exp(-x)) to float precision at every x (exp of -|x| only, which never
+    overflows): softplus's and log_sigmoid's derivatives."""
+    e = xp.exp(-xp.abs(x))
+    r = 1 / (1 + e)
+    return xp.where(x >= 0, r, e * r)
 
 
 @register
