@@ -171,3 +171,36 @@ def test_deleting_an_attribute_drops_the_traces_and_its_registration():
     del block.proj
     np.testing.assert_allclose(block(x).asnumpy(), np.tanh(x), rtol=1e-6)
     assert block.parameters() == [] and block.children() == {}
+
+
+class _Gain(hb.HybridBlock):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.w = hb.Parameter("w", (3,), init=1.0)
+
+    def forward(self, x):
+        return self.w * x * self.config.gain
+
+
+class _Config(hb.Block):
+    def __init__(self, gain):
+        super().__init__()
+        self.gain = gain
+
+
+def test_a_block_made_after_the_last_trace_keeps_the_traces():
+    """Building any block (a model made while another trained, in any thread) dropped every
+    trace in the process: a scope's calls before and after it got two signatures and ran
+    apart. No trace can have read a block made after it; one made before still counts."""
+    config = _Config(2.0)
+    block = _Gain(config)
+    block.hybridize()
+    x = np.ones(3, np.float32)
+    with hb.batching(granularity="block") as scope:
+        ys = [block(x)]
+        hb.nn.Dense(3, 3)                   # made after the trace: nobody read it
+        ys.append(block(x))
+    assert scope.stats.batches == 1 and [y.asnumpy().tolist() for y in ys] == [[2.0] * 3] * 2
+    config.gain = 5.0                       # read by the trace: it is redone
+    np.testing.assert_allclose(block(x).asnumpy(), [5.0] * 3)

@@ -30,6 +30,7 @@ from .tracing import trace
 _local = _scope._local         # its .scope: the batching scope recording on this thread, or None
 _new = object.__new__
 _traced = weakref.WeakSet()      # HybridBlocks holding traced programs
+_traces_made = 0    # traces finished so far: a block made after the last one no trace has read
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
@@ -89,6 +90,7 @@ class Block:
     def __init__(self):
         object.__setattr__(self, "_children", {})
         object.__setattr__(self, "_params", {})
+        object.__setattr__(self, "_born", _traces_made)
 
     def __setattr__(self, name, value):
         if "_children" not in self.__dict__:
@@ -129,10 +131,12 @@ class Block:
 
     def _unregister(self, name):
         """Forget the Block or Parameter registered as `name`, and every trace: forward may
-        have read the attribute (see _forget_traces)."""
+        have read the attribute (see _forget_traces). Not where no trace has ended since
+        this block was made: none can have read it (a model built while another trains,
+        or a block made inside forward, had every trace in the process redone)."""
         self._children.pop(name, None)
         self._params.pop(name, None)
-        if _traced:
+        if _traced and _traces_made != self._born:
             _forget_traces()
 
     training = True     # train() / eval() set it on an instance; nn.Dropout reads it
@@ -381,7 +385,9 @@ class HybridBlock(Block):
             program = trace(self, key, tracer)
         finally:
             _scope.end_tracing(tracer)
+        global _traces_made
         _traced.add(self)
+        _traces_made += 1
         object.__setattr__(self, "_modes", self._tree_modes())
         return program
 
