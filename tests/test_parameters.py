@@ -536,3 +536,17 @@ def test_py_func_gets_operands_and_gradients_it_cannot_write(mode):
         recorded(mode, lambda: hb.sum(hb.py_func(np.copy, P * 1.0, out_shape=(3,), grad_fn=scales_gy))).backward()
     with pytest.raises(ValueError, match="read-only"):
         recorded(mode, lambda: hb.sum(hb.py_func(writes_x, P * 1.0, out_shape=(3,)))).asnumpy()
+
+
+def test_a_model_and_its_parameters_copy_and_pickle():
+    """A best-model snapshot: deepcopy and pickle of a block and its Parameters (a lock kept
+    on each Parameter had made both raise)."""
+    import copy
+    import pickle
+    net = nn.Dense(3, 4, seed=0)
+    snapshot = copy.deepcopy(net)
+    restored = pickle.loads(pickle.dumps(net.weight))
+    np.testing.assert_array_equal(snapshot.weight.data, net.weight.data)
+    np.testing.assert_array_equal(restored.data, net.weight.data)
+    x = np.ones(4, np.float32)
+    np.testing.assert_allclose(snapshot(x).asnumpy(), net(x).asnumpy())

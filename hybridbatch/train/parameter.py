@@ -20,6 +20,11 @@ _ids = itertools.count()
 GRAD_REQS = ("write", "null")
 _ASK = object()     # zero_grad: compute the rows to clear
 _UNHELD = 2         # sys.getrefcount of a gradient array only its Parameter holds (and the call's argument)
+# backward() may run on several threads at once (each scope's own): an add reads the void
+# flag, then writes the gradient with the GIL released (BLAS); unguarded, two adds into a void
+# gradient both wrote it and one thread's part was lost. Locks by pid, not one per Parameter:
+# a Parameter stays copyable and picklable (deepcopy of a model).
+_GRAD_LOCKS = tuple(threading.Lock() for _ in range(64))
 _live = {}     # pid -> weak reference to the Parameter, dropped when it dies: by_id is read per
               # batch and step, and a dict's lookup is C (0.07 us, a WeakValueDictionary's 0.25)
 
@@ -176,10 +181,6 @@ class Parameter:
         self._grad_void = True     # True: _grad's numbers are not the gradient, which is zero,
         self._grad_factors = None  # or G^T X of these (G, X) (add_grad_outer): never with void False
         self._grad_rows = []       # row-index arrays added since the last zero; None: dense
-        # backward() may run on several threads at once (each scope's own): an add reads the
-        # void flag, then writes the gradient with the GIL released (BLAS); unguarded, two
-        # adds into a void gradient both wrote it and one thread's part was lost
-        self._grad_lock = threading.Lock()
         self.keep_grad_factors = False     # set by a Trainer whose step adds factors into the weight
         self.version = 0    # counts the changes of data (assigned, or a Trainer's step): backward checks it
         # validated by the property below; a parameter of integers or bools has no gradient
@@ -265,7 +266,7 @@ class Parameter:
 
     def add_grad(self, g):
         """grad += g (dense)."""
-        with self._grad_lock:
+        with _GRAD_LOCKS[self.pid % len(_GRAD_LOCKS)]:
             if self._grad_void and self._grad_factors is None:
                 self._grad[...] = g
                 self._grad_void = False
@@ -275,7 +276,7 @@ class Parameter:
 
     def add_grad_rows(self, rows, values):
         """grad[rows[k]] += values[k], rows may repeat."""
-        with self._grad_lock:
+        with _GRAD_LOCKS[self.pid % len(_GRAD_LOCKS)]:
             scatter_add_rows(self._grad_array(), rows, values)
             if self._grad_rows is not None:
                 self._grad_rows.append(rows)
@@ -292,7 +293,7 @@ class Parameter:
         adds it straight into the weight (descend_outer), one pass over the weight in place
         of writing the gradient and reading it back; anything else multiplies it out first.
         Other rules read the gradient, so for them the copies would be work for nothing."""
-        with self._grad_lock:
+        with _GRAD_LOCKS[self.pid % len(_GRAD_LOCKS)]:
             self._grad_rows = None
             void = self._grad_void and self._grad_factors is None
             if void and self.keep_grad_factors and self._few_rows(left):
