@@ -163,3 +163,38 @@ def test_a_model_let_go_inside_its_scope_still_takes_its_gradient(mode):
     loss.backward()
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
     np.testing.assert_allclose(weight().grad, reference.weight.grad, rtol=1e-4, atol=1e-6)
+
+
+class _MakesItsLayer(hb.HybridBlock):
+    def forward(self, x):
+        inner = hb.nn.Dense(3, 3, seed=4)     # only the trace holds its Parameters
+        return hb.tanh(inner(x))
+
+
+class _Wraps(hb.HybridBlock):
+    def __init__(self):
+        super().__init__()
+        self.inner = hb.nn.Dense(3, 3, seed=5)
+
+    def forward(self, x):
+        return hb.tanh(self.inner(x))
+
+
+@pytest.mark.parametrize("mode", ["block", "op", "auto"])
+def test_parameters_only_a_trace_reads_live_as_long_as_the_scope(mode):
+    """A layer made inside forward, or a child swapped before the flush, is held by no
+    block: the scope holds the programs it recorded, and they hold what their steps read."""
+    import gc
+    x = np.ones(3, np.float32)
+    made = _MakesItsLayer()
+    made.hybridize()
+    wraps = _Wraps()
+    wraps.hybridize()
+    expected = float(np.tanh(wraps.inner.weight.data @ x + wraps.inner.bias.data).sum())
+    with hb.batching(granularity=mode):
+        a = hb.sum(made(x))
+        b = hb.sum(wraps(x))
+        wraps.inner = hb.nn.Dense(3, 3, seed=6)       # the trace that read the old one goes
+        gc.collect()
+    b.backward()
+    assert np.isfinite(a.item()) and b.item() == pytest.approx(expected, rel=1e-5)

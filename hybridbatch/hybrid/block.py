@@ -315,8 +315,8 @@ class HybridBlock(Block):
                         key.append(types[i])
                 key = tuple(key)
             program = self._programs.get(key) or self._program(key)
-            if scope.held_block is not self:    # the scope keeps the blocks it calls, and so their Parameters
-                scope.held_block = scope.blocks[id(self)] = self
+            if scope.held_program is not program:   # the scope keeps the programs it records (their Parameters)
+                scope.held_program = scope.programs[program.sig_id] = program
             if program.n_draws:
                 ints = (ints or []) + next_keys(program.n_draws)
             granularity = scope.granularity

@@ -36,7 +36,7 @@ class Composite(Op):
     needs_batched = False
 
     def __init__(self, program, owner):
-        self.program = program
+        self._program = weakref.ref(program)     # weak, as the block: both outlive no scope that needs them
         self.id = next(_ids)
         self.name = f"block:{program.name}"
         self.n_out = len(program.outputs)
@@ -51,10 +51,16 @@ class Composite(Op):
         self._fused_ready = False   # every fused run of the lowered units has its kernels
         self._keyed = {}     # per unit list (fused or not): its KeyedPart, or None
         self._wanted = {}    # per needs tuple: the slots that take a gradient (_wanted_slots)
-        self._looked_up = {}  # with_input_looked_up's answers
 
     def infer(self, attrs, shapes, dtypes):
         return signature.TYPES[self.program.out_types[0]]
+
+    @property
+    def program(self):
+        """The traced Program this op runs. Interned with its signature for the life of the
+        process, the op holds it weakly: its block holds it, and so does every scope that
+        recorded a call of it (scope.programs), so a model let go is collected."""
+        return self._program()
 
     @property
     def owner_block(self):
@@ -62,7 +68,7 @@ class Composite(Op):
         return self._owner()
 
     def params_used(self, sig):
-        return list(self.program.param_ids)
+        return list(self.program.params)
 
     def units(self, xp):
         """The program's steps as they run on `xp`: lowered (numpy backend, fusion on), once;
@@ -88,16 +94,18 @@ class Composite(Op):
         program has none keyed already (its own stays whole); None otherwise. Once per
         (position, table, fusion setting)."""
         key = (position, lookup_sig.id, settings.fusion)
-        if key not in self._looked_up:
+        program = self.program
+        if key not in program.looked_up:
             from .program import with_input_looked_up      # program.py imports this module
             found = None
             if self.keyed_part(self.units(np)) is None:
-                folded = with_input_looked_up(self.program, position, lookup_sig)
+                folded = with_input_looked_up(program, position, lookup_sig)
                 part = folded.op.keyed_part(folded.op.units(np))
                 if part is not None and part.column == folded.n_ints - 1:
-                    found = folded.sig
-            self._looked_up[key] = found
-        return self._looked_up[key]
+                    found = folded
+            program.looked_up[key] = found          # the folded program lives as long as this one
+        found = program.looked_up[key]
+        return None if found is None else found.sig
 
     # -- forward ------------------------------------------------------------------------
     def forward(self, xp, sig, xs, aux, out=None):

@@ -107,9 +107,10 @@ class Program:
         # per step, what appending its node to a scope's graph needs (record_into)
         self.node_steps = tuple((step.slot, step.sig.id, step.sig.out_type, tuple(r for r in step.refs if r is not None),
                                  step.aux, int_column(step.aux)) for step in self.steps)
-        # by id only: the block holds them (a scope holds the blocks it called), so a model
-        # let go is collected though its signatures stay interned
-        self.param_ids = tuple(dict.fromkeys(pid for step in self.steps for pid in step.sig.params if pid is not None))
+        # every Parameter a step reads, a block made inside forward's too; the program lives
+        # with its block and the scopes that recorded it, not with its interned signature
+        self.params = {pid: by_id(pid) for step in self.steps for pid in step.sig.params if pid is not None}
+        self.looked_up = {}     # Composite.with_input_looked_up's answers, with the programs they run
         for step in self.steps:
             if step.sig.op.holds_aux:
                 step.sig.op.keep_aux(self, step.aux)

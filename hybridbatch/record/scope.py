@@ -117,8 +117,8 @@ class batching:
         self.graph = Graph(track_origin=check_numerics)
         self.plans = []
         self.params = {}            # pid -> the Parameters recorded operands name by id
-        self.blocks = {}            # id -> the hybridized blocks called (they hold their Parameters)
-        self.held_block = None      # the last of them: a block called again is not looked up
+        self.programs = {}          # sig id -> the traced programs recorded (they hold their Parameters)
+        self.held_program = None    # the last of them: a block called again is not looked up
         self.arenas = []
         self.loc_arena = Growable(np.int64)
         self.loc_row = Growable(np.int64)
