@@ -462,11 +462,14 @@ def split(x, sections, axis=0):
         lead = (np.s_[:],) * axis
         parts = [normalize_index(lead + (np.s_[i * step:(i + 1) * step],), shape) for i in range(sections)]
         if plain:
+            if len(_split_attrs) >= SPLIT_SHAPES_KEPT:     # a shape per length: keep the recent ones
+                _split_attrs.clear()
             _split_attrs[key] = parts
     return [apply(S.Slice, (x,), attrs) for attrs in parts]
 
 
 _split_attrs = {}      # (shape, sections, axis) -> each part's Slice attrs: split is an LSTM's every step
+SPLIT_SHAPES_KEPT = 1024
 
 
 def reshape(x, shape):

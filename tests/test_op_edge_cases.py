@@ -353,3 +353,8 @@ def test_values_have_numpys_reshape_sum_mean_max_min_and_unary_plus(mode):
             data.sum(axis=0), data.mean(axis=1, keepdims=True), data.max(), data.min(axis=0)]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+    x = hb.array(data)
+    with pytest.raises(TypeError):
+        x.sum(0, np.float32)        # numpy's second argument is a dtype: keepdims is by keyword
+    with pytest.raises(TypeError, match="needs the new shape"):
+        x.reshape()

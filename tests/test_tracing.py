@@ -204,3 +204,5 @@ def test_a_block_made_after_the_last_trace_keeps_the_traces():
     assert scope.stats.batches == 1 and [y.asnumpy().tolist() for y in ys] == [[2.0] * 3] * 2
     config.gain = 5.0                       # read by the trace: it is redone
     np.testing.assert_allclose(block(x).asnumpy(), [5.0] * 3)
+    config.__init__(7.0)                    # made again, but read by a trace already
+    np.testing.assert_allclose(block(x).asnumpy(), [7.0] * 3)

@@ -90,7 +90,8 @@ class Block:
     def __init__(self):
         object.__setattr__(self, "_children", {})
         object.__setattr__(self, "_params", {})
-        object.__setattr__(self, "_born", _traces_made)
+        if "_born" not in self.__dict__:     # __init__ run again on a block a trace read: it stays read
+            object.__setattr__(self, "_born", _traces_made)
 
     def __setattr__(self, name, value):
         if "_children" not in self.__dict__:

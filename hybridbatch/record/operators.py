@@ -30,12 +30,18 @@ def install(cls, api, named=False):
     cls.__neg__ = api._negative
     cls.__pos__ = lambda self: self             # +x: the value itself (values are never written)
     cls.__abs__ = lambda self: api.abs(self)      # hb.abs is made after install runs
-    # numpy's methods of the same names, for code written against arrays
-    cls.reshape = lambda self, *shape: api.reshape(self, shape[0] if len(shape) == 1 else shape)
-    cls.sum = lambda self, axis=None, keepdims=False: api.sum(self, axis, keepdims)
-    cls.mean = lambda self, axis=None, keepdims=False: api.mean(self, axis, keepdims)
-    cls.max = lambda self, axis=None, keepdims=False: api.max(self, axis, keepdims)
-    cls.min = lambda self, axis=None, keepdims=False: api.min(self, axis, keepdims)
+    # numpy's methods of the same names, for code written against arrays; keepdims by keyword
+    # only, as numpy's second argument is a dtype
+    def reshape(self, *shape):
+        """value.reshape(3, 2) or value.reshape((3, 2)), as numpy's."""
+        if not shape:
+            raise TypeError("reshape() needs the new shape: value.reshape(3, 2) or value.reshape((3, 2))")
+        return api.reshape(self, shape[0] if len(shape) == 1 else shape)
+    cls.reshape = reshape
+    cls.sum = lambda self, axis=None, *, keepdims=False: api.sum(self, axis, keepdims)
+    cls.mean = lambda self, axis=None, *, keepdims=False: api.mean(self, axis, keepdims)
+    cls.max = lambda self, axis=None, *, keepdims=False: api.max(self, axis, keepdims)
+    cls.min = lambda self, axis=None, *, keepdims=False: api.min(self, axis, keepdims)
     cls.T = property(api.transpose)
     cls.__getitem__ = lambda self, key: api.slice(self, key)
     cls.__iter__ = _iterate
