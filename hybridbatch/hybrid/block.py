@@ -42,6 +42,8 @@ def _callers_level():
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
         frame, level = frame.f_back, level + 1
     return level
+
+
 _hybridizing = threading.local()   # .depth: hybridize() calls open on this thread
 
 

@@ -131,9 +131,9 @@ class Composite(Op):
         return (tuple(vals[o] for o in outputs) if self.n_out > 1 else vals[outputs[0]]), vals
 
     def _batch_units(self, xp):
-        """units(xp), or the program's plain steps while a fused run's kernels still compile:
-        one by one, those run faster than the lowered steps (a run's bias added apart, its
-        values kept for its backward): a new cell's first minibatches 4% faster."""
+        """units(xp), or the program's plain steps while a fused run's kernels still compile,
+        as with fusion off: the lowered steps run one by one (a run's bias added apart) made
+        a new cell's first minibatches some 4% slower."""
         units = self.units(xp)
         if self._fused_ready or units is self.program.steps:
             return units

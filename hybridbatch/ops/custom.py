@@ -79,7 +79,7 @@ class PyFunc(Op):
             fn = _functions[h][0]
             r = xp.asarray(fn(*_row(xs, sig, b)), dtype=sig.out_dtype)
             if r.shape != sig.out_shape:
-                raise ValueError(f"py_func {_name(fn)} returned shape {r.shape}, declared {sig.out_shape}")
+                raise ValueError(f"py_func {function_name(fn)} returned shape {r.shape}, declared {sig.out_shape}")
             rows.append(r)
         return xp.stack(rows)
 
@@ -88,12 +88,12 @@ class PyFunc(Op):
         for b, h in enumerate(aux.tolist()):
             fn, grad_fn, _ = _functions[h]
             if grad_fn is None:
-                raise NotImplementedError(f"py_func {_name(fn)} has no grad_fn")
+                raise NotImplementedError(f"py_func {function_name(fn)} has no grad_fn")
             row = _gradients(grad_fn, grad_fn(*_row(xs, sig, b), _read_only(y[b]), _read_only(gy[b])), len(xs))
             for i, (g, shape) in enumerate(zip(row, sig.in_shapes)):
                 # a wrong shape would broadcast into the operand's gradient silently
                 if needs[i] and g is not None and xp.shape(g) != shape:
-                    raise ValueError(f"py_func {_name(grad_fn)} returned a gradient of shape {xp.shape(g)} "
+                    raise ValueError(f"py_func {function_name(grad_fn)} returned a gradient of shape {xp.shape(g)} "
                                      f"for operand {i}, whose shape is {shape}")
             per_row.append(row)
         grads = []
@@ -127,13 +127,9 @@ def _gradients(grad_fn, result, n):
     if not isinstance(result, (tuple, list)) or len(result) != n:
         got = f"a {type(result).__name__} of {len(result)}" if isinstance(result, (tuple, list)) else \
             type(result).__name__
-        raise ValueError(f"py_func's grad_fn {_name(grad_fn)!r} must return a tuple of "
+        raise ValueError(f"py_func's grad_fn {function_name(grad_fn)!r} must return a tuple of "
                          f"{n} gradients (one per operand, None for none), not {got}")
     return result
-
-
-def _name(fn):
-    return getattr(fn, "__name__", repr(fn))
 
 
 def function_name(fn):

@@ -171,10 +171,8 @@ class batching:
     def record(self, op, args, attrs=(), aux=-1):
         """Append one node for `op` over `args`; returns its Future."""
         if not self.open:
-            if _local.scope is self:        # exited on another thread: this one runs eagerly again
-                _local.scope = None
-                return eager.apply(op, args, attrs, aux)
-            raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
+            self._let_go_here()
+            return eager.apply(op, args, attrs, aux)
         g = self.graph
         types = g.type
         n = len(args)
@@ -239,6 +237,14 @@ class batching:
         f.id = nid
         return f
 
+    def _let_go_here(self):
+        """A closed scope asked to record: where it is still this thread's (exited on another
+        thread, a generator closed there), the thread goes back to eager mode, as current()
+        does; anywhere else, the ScopeError."""
+        if _local.scope is not self:
+            raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
+        _local.scope = None
+
     def record_ragged(self, op, fixed, args):
         """One node of ragged `op` (ops.registry.Op.ragged) over args when they are values
         of this scope of one type; otherwise `fixed`'s node, the op of that arity, which
@@ -271,10 +277,8 @@ class batching:
     def constant(self, value):
         """Record an input node holding `value` (a numpy array, number, or eager Tensor)."""
         if not self.open:
-            if _local.scope is self:        # exited on another thread: this one runs eagerly again
-                _local.scope = None
-                return eager.constant(value)
-            raise ScopeError("this batching scope is closed; record ops inside `with hb.batching()`")
+            self._let_go_here()
+            return eager.constant(value)
         if value.__class__ is np.ndarray and value.dtype.kind in "fiub" and backend.xp() is np:
             return self._owned_constant(value.copy())    # the common case: a copy, as to_array makes
         from .eager import Tensor, refuse_held_values, trainable_source

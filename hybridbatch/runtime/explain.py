@@ -94,7 +94,7 @@ class Explanation:
             lines.append(f"{s.batches:>7} {s.nodes:>7} {f'{s.smallest}/{s.median:g}/{s.largest}':>21} "
                          f"{_size(s.bytes_gathered):>10} {_size(s.bytes_written):>10} {_time(s.forward_seconds):>10} "
                          f"{_time(s.backward_seconds):>10}  {s.description}")
-        spread = [s for s in self.signatures if s.flushes == 1 and 0 < s.chain < s.batches]
+        spread = _spread(self.signatures)
         if spread:
             lines += ["", "ran in more batches than their longest chain of dependent nodes (the policy's order):"]
             for s in spread:
@@ -190,12 +190,17 @@ def explain(scope):
              for d, rs in alike.items() if len(rs) > 1]
     apart.sort(key=lambda a: (-a.signatures, -a.nodes))
     st = scope.stats
-    spread = any(r.flushes == 1 and 0 < r.chain < r.batches for r in reports)
     return Explanation(st.nodes, st.batches, st.lower_bound, st.flushes, st.forced_flushes,
                        {"recording": st.record_seconds, "scheduling": st.schedule_seconds,
                         "executing": st.execute_seconds, "backward": st.backward_seconds},
-                       reports, singles, apart, _failed(scope), _policy_counts(scope) if spread else None,
+                       reports, singles, apart, _failed(scope), _policy_counts(scope) if _spread(reports) else None,
                        _recording_hint(st, reports))
+
+
+def _spread(reports):
+    """The signatures one flush ran in more batches than their longest chain: the policy's
+    order spread them, not their dependencies."""
+    return [r for r in reports if r.flushes == 1 and 0 < r.chain < r.batches]
 
 
 RECORDING_HINT_NODES = 500      # fewer nodes: the times are too small to tell

@@ -264,9 +264,13 @@ class Parameter:
             self._grad_void = False
         return self._grad
 
+    @property
+    def _grad_lock(self):
+        return _GRAD_LOCKS[self.pid % len(_GRAD_LOCKS)]
+
     def add_grad(self, g):
         """grad += g (dense)."""
-        with _GRAD_LOCKS[self.pid % len(_GRAD_LOCKS)]:
+        with self._grad_lock:
             if self._grad_void and self._grad_factors is None:
                 self._grad[...] = g
                 self._grad_void = False
@@ -276,7 +280,7 @@ class Parameter:
 
     def add_grad_rows(self, rows, values):
         """grad[rows[k]] += values[k], rows may repeat."""
-        with _GRAD_LOCKS[self.pid % len(_GRAD_LOCKS)]:
+        with self._grad_lock:
             scatter_add_rows(self._grad_array(), rows, values)
             if self._grad_rows is not None:
                 self._grad_rows.append(rows)
@@ -293,7 +297,7 @@ class Parameter:
         adds it straight into the weight (descend_outer), one pass over the weight in place
         of writing the gradient and reading it back; anything else multiplies it out first.
         Other rules read the gradient, so for them the copies would be work for nothing."""
-        with _GRAD_LOCKS[self.pid % len(_GRAD_LOCKS)]:
+        with self._grad_lock:
             self._grad_rows = None
             void = self._grad_void and self._grad_factors is None
             if void and self.keep_grad_factors and self._few_rows(left):
