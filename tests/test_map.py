@@ -351,6 +351,68 @@ def test_an_instance_error_is_raised_at_its_line_naming_it(batched):
     assert frames[-1].name == "_fails_on_three" and "raise ValueError" in frames[-1].line
 
 
+def _fails_in_rounds(x):
+    """Instance 2 raises in the first round of reads, instance 0 in the third."""
+    v = hb.array(np.float64(x))
+    for r in range(3):
+        v = v + 1.0
+        v.item()
+        if (x, r) == (2, 0):
+            raise ValueError("instance 2, round 0")
+        if (x, r) == (0, 2):
+            raise KeyError("instance 0, round 2")
+    return x
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_of_several_failing_instances_the_lowest_index_is_raised(batched):
+    """As a plain loop meets them, however the rounds ran: batched had raised the one that
+    failed in the earliest round, so `except KeyError` caught in one mode only."""
+    with (hb.batching() if batched else contextlib.nullcontext()):
+        with pytest.raises(KeyError) as info:
+            hb.map(_fails_in_rounds, range(3))
+    assert list(info.value.map_errors) == [0, 2]
+    assert info.value.map_results == [None, 1, None]
+
+
+def test_an_instance_raising_greenlet_exit_ends_with_it_and_the_map_returns():
+    """GreenletExit ends a greenlet quietly, handing the exception to its parent as a
+    value: the map had taken the dead greenlet for a suspended one and looped forever."""
+    from greenlet import GreenletExit
+
+    def stops(x):
+        (hb.array(np.float64(x)) * 1.0).item()
+        if x == 1:
+            raise GreenletExit("instance 1 stops")
+        return x
+
+    with hb.batching():
+        with pytest.raises(GreenletExit, match="instance 1 stops") as info:
+            hb.map(stops, range(3))
+    assert info.value.map_results == [0, None, 2]
+
+
+def test_a_contextvar_set_in_an_instance_does_not_keep_its_scope_alive():
+    """A parked greenlet's context was cleared only when it was handed its next instance:
+    a contextvar holding a value kept the scope and its arenas alive until then."""
+    import contextvars
+    import gc
+    import weakref
+    held = contextvars.ContextVar("held")
+
+    def instance(x):
+        h = hb.tanh(hb.array(np.full(4, x, np.float32)))
+        held.set(h)
+        return float(hb.sum(h))
+
+    with hb.batching() as scope:
+        hb.map(instance, range(4))
+    ref = weakref.ref(scope)
+    del scope
+    gc.collect()
+    assert ref() is None
+
+
 class _UnprintableInstance:
     def __repr__(self):
         raise RuntimeError("repr broken")

@@ -327,6 +327,27 @@ def test_check_numerics_points_inside_a_block_at_block_granularity():
     assert f"test_scope.py:{line})" in message
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in log:RuntimeWarning")
+def test_check_numerics_points_inside_a_block_at_op_granularity():
+    """At op granularity a block's steps are nodes of their own: the NaN's node names the
+    call's line and the line in forward that recorded its step."""
+    class Cell(hb.HybridBlock):
+        def forward(self, x):
+            y = hb.tanh(x)
+            return hb.log(y - 3.0)                     # tanh(x) - 3 < 0: NaN
+
+    cell = Cell()
+    cell.hybridize()
+    line = inspect.getsourcelines(Cell.forward)[1] + 2
+    with pytest.raises(hb.NumericsError) as info:
+        with hb.batching(check_numerics=True, granularity="op"):
+            call = inspect.currentframe().f_lineno + 1
+            cell(np.ones(3, np.float32))
+    message = str(info.value)
+    assert message.startswith("log produced NaN/inf")
+    assert message.endswith(f"test_scope.py:{call} (inside Cell, at {__file__}:{line})")
+
+
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")   # the overflow is the point
 def test_check_numerics_counts_a_shared_parameter_among_the_operands():
     """W @ x with x = 0: forward is 0, but x's gradient W^T (2, 2, 2) overflows. x is the

@@ -141,8 +141,10 @@ class Program:
         vals[:self.n_inputs] = ids
         for slot, value in self.consts:
             vals[slot] = scope.constant(value).id
-        if g.origin is not None:        # check_numerics: the steps' nodes name the call's line
-            g.origin.extend([caller()] * len(self.node_steps))
+        if g.origin is not None:        # check_numerics: the call's line and each step's in forward
+            line = caller()
+            g.origin.extend([f"{line} (inside {self.name}, at {self.origins.get(slot, '<unknown>')})"
+                             for slot, *_ in self.node_steps])
         for slot, sig, out_type, refs, aux, j in self.node_steps:
             vals[slot] = len(types)
             sigs.append(sig)

@@ -37,8 +37,9 @@ def map(fn, instances):
     and `map_errors` every failing instance's exception by index. An exception that is
     not an Exception (KeyboardInterrupt, SystemExit), or a failed flush, stops every
     other instance (GreenletExit raised at its suspended read) and is raised at once.
-    Each instance draws its random keys (hb.dropout) from a stream of its own, in both
-    modes, so its masks do not depend on the order instances record in.
+    Where several instances raise, the one of lowest index is raised, in both modes. Each
+    instance draws its random keys (hb.dropout) from a stream of its own, in both modes, so
+    its masks do not depend on the order instances record in.
 
     >>> def label(x):
     ...     return "pos" if hb.sum(hb.array(x)) > 0 else "neg"     # a read of a value
@@ -163,12 +164,20 @@ def _run(scope, fn, instances, streams):
                 finally:
                     random.use(outer)
                 if signal is not _DONE:
-                    running[i] = g
-                    suspended.append(i)
+                    if not g.dead:
+                        running[i] = g
+                        suspended.append(i)
+                        continue
+                    # fn raised GreenletExit, which ends a greenlet quietly: its parent gets
+                    # the exception as the switch's value. Kept as the instance's exception.
+                    running[i] = None
+                    errors[i] = signal
                     continue
                 running[i] = None
                 ok, value = g.outcome
-                g.outcome = g.driver = None
+                # a parked greenlet keeps no result and no context (a contextvar fn set
+                # could hold a value of the scope, and through it the scope)
+                g.outcome = g.driver = g.gr_context = None
                 if ok:
                     results[i] = value
                 else:
@@ -190,11 +199,12 @@ def _run(scope, fn, instances, streams):
         raise
     finally:
         scope.suspend = enclosing
-    return results, errors
+    return results, dict(sorted(errors.items()))     # by index, as a plain loop meets them
 
 
 def _first_error(errors, results, instances):
-    """The first failing instance's exception, with notes naming it and the others."""
+    """The exception of the failing instance of lowest index (what a plain loop would meet
+    first, however the rounds ran), with notes naming it and the others."""
     (i, e), *others = errors.items()
     e.add_note(f"raised by hb.map instance {i} of {len(instances)}: {_short(instances[i])}")
     note = ("the other instances ran to their end: this exception's map_results holds every result "
