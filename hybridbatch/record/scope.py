@@ -165,6 +165,7 @@ class batching:
 
     # class defaults, set on the scope when first needed
     suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
+    _parameter_values = None    # _of_parameters' nodes of this flush: key -> node id
     _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
 
     # -- recording (the hot path) -----------------------------------------------------
@@ -212,9 +213,9 @@ class batching:
                 i = a.id
                 codes.append(types[i])
                 ids.append(i)
-            if not ids and op.needs_batched:
-                return self.record(op, (self.record(ParamRead, args[:1], (), 0),) + tuple(args[1:]), attrs, aux)
             codes = tuple(codes)
+            if not ids and op.needs_batched:
+                return self._of_parameters(op, args, attrs, codes, aux)
         sig = _sig_by_key.get((op.id, attrs, codes)) or signature.intern(op, attrs, codes)
         if op.uses_aux and not (aux.__class__ is int and (0 <= aux < sig.aux_limit or sig.any_aux)):
             if aux.__class__ is BlockInt and self.tracing:
@@ -235,6 +236,30 @@ class batching:
         f = _new(Future)
         f.scope = self
         f.id = nid
+        return f
+
+    def _of_parameters(self, op, args, attrs, codes, aux):
+        """A node of an op over Parameters only (`W[:64]`, `tanh(W)`): its first operand read
+        as a per-instance value (ParamRead), so that the kernel has a batched operand. The value
+        is the same at every call until the next flush, so a call like one still pending gets
+        that node: a slice of a weight taken per call had copied the whole weight per call, and
+        made training slower than eager. Only where aux is a plain int (an index, or none), not
+        a function's handle (py_func)."""
+        shared = aux.__class__ is int and not op.holds_aux
+        key = (op.id, attrs, codes, aux)
+        cache = self._parameter_values
+        if cache is None:
+            cache = self._parameter_values = {}
+        elif shared:
+            nid = cache.get(key, -1)
+            if nid >= self.flushed:
+                return future_of(self, nid)
+        read = cache.get(codes[0], -1)
+        if read < self.flushed:
+            read = cache[codes[0]] = self.record(ParamRead, args[:1], (), 0).id
+        f = self.record(op, (future_of(self, read),) + tuple(args[1:]), attrs, aux)
+        if shared:
+            cache[key] = f.id
         return f
 
     def _let_go_here(self):
