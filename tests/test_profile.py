@@ -94,6 +94,7 @@ def test_the_trace_of_three_w1_training_steps_holds_the_documented_events(tmp_pa
     batches = [e for e in events if e["cat"] in ("forward", "backward")]
     assert {e["cat"] for e in batches} == {"forward", "backward"}
     assert {e["name"] for e in batches} == {r["signature"].split("(")[0] for r in prof.top(10 ** 6)}
+    assert [e["cat"] for e in events if e["name"] == "weight gradients"] == ["weights"] * 3
     assert all(e["args"]["nodes"] >= 1 for e in batches)
 
 
@@ -111,6 +112,27 @@ def test_a_backward_that_raised_charges_no_later_time_to_its_batch():
             z = hb.sum(hb.tanh(W @ hb.array(np.ones(4, np.float32))))
         z.backward()
     assert max(row["backward_seconds"] for row in prof.top(10)) < 0.2
+
+
+def test_the_deferred_weight_products_are_timed_apart_from_every_batch(monkeypatch):
+    """Backward sums each weight's G^T X after its batches; the profile charged that time
+    to whichever batch ran last (an embedding lookup topped a tagger's backward list)."""
+    from hybridbatch.runtime import autograd
+    add_parts = autograd._add_parts
+
+    def slow(p, parts, xp):
+        time.sleep(0.1)
+        add_parts(p, parts, xp)
+
+    monkeypatch.setattr(autograd, "_add_parts", slow)
+    table, W = hb.Parameter("E", (5, 4), init=0.1), hb.Parameter("W", (3, 4), init=0.1)
+    with hb.profile() as prof:
+        with hb.batching():
+            loss = hb.add_n([hb.sum(W @ hb.lookup(table, i)) for i in range(3)])
+        loss.backward()
+    assert prof.weight_gradient_seconds() >= 0.1
+    assert all(r["backward_seconds"] < 0.1 for r in prof.top(10))
+    assert "weight gradients:" in str(prof)
 
 
 def test_a_profile_entered_inside_a_scope_counts_from_its_start():

@@ -6,6 +6,7 @@ parameters get one reduced gradient per batch (dW = dZ^T X), not one per node.
 """
 import math
 import threading
+import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -211,13 +212,18 @@ def run_backward(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, orig
     NumericsError naming the node it came from. Parameters' .grad may then hold the part of
     this backward done before it."""
     _pending.numerics = None if origin is None else _Numerics(origin, xp)
+    prof = profile.active()
     try:
         with one_gemm_per_weight(xp), blas.packing():
             _reverse(plans, arenas, seed_node, loc_arena, loc_row, n_nodes, xp, _pending.numerics)
+            if prof is not None:    # the last batch ends here: the deferred products are timed apart
+                prof.backward_batch()
+                start = time.perf_counter()
+        if prof is not None:
+            prof.weight_gradients(start, time.perf_counter())
     finally:
         _pending.numerics = None
-        prof = profile.active()
-        if prof is not None:        # the batch being timed ends here, also where one raised
+        if prof is not None:        # where a batch raised, it ends here
             prof.backward_batch()
 
 

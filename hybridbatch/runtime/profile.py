@@ -50,6 +50,7 @@ class Profile:
         self._phases = defaultdict(float)  # phase -> seconds, kept or not
         self._sums = defaultdict(lambda: [0, 0, 0.0, 0.0])   # sig id -> batches, nodes, fwd s, bwd s
         self._open = threading.local()     # .batch: this thread's backward batch being timed (plan, batch, start)
+        self._weight_grads = [0, 0.0]      # backward passes, seconds of their weights' deferred products
         self._origin = None
 
     def __enter__(self):
@@ -102,6 +103,14 @@ class Profile:
             self.batch(done, k, start, now, "backward")
         self._open.batch = None if plan is None else (plan, b, now)
 
+    def weight_gradients(self, start, end):
+        """A backward's deferred weight-gradient products (runtime/autograd.py,
+        one_gemm_per_weight), from `start` to `end`: timed apart (`weight_gradient_seconds`),
+        not charged to the batch that happened to run last."""
+        self._weight_grads[0] += 1
+        self._weight_grads[1] += end - start
+        self._event("weight gradients", "weights", start, end - start, {})
+
     def _event(self, name, category, start, seconds, args):
         if len(self.events) < self.max_events:
             self.events.append((name, category, start, seconds, threading.get_ident(), args))
@@ -117,13 +126,20 @@ class Profile:
         rows.sort(key=lambda r: -(r["forward_seconds"] + r["backward_seconds"]))
         return rows[:n]
 
+    def weight_gradient_seconds(self):
+        """Seconds backward spent after its batches, summing each weight's gradient
+        products (G^T X over all its batches, one GEMM per weight): part of the backward
+        phase, in no signature's row."""
+        return self._weight_grads[1]
+
     def phases(self):
         """Seconds per phase (recording, scheduling, forward, backward, update), every span
         included, those past max_events too."""
         return dict(self._phases)
 
     def as_dict(self, n=10):
-        return {"phases": self.phases(), "top": self.top(n), "events": len(self.events), "dropped": self.dropped}
+        return {"phases": self.phases(), "top": self.top(n), "weight_gradient_seconds": self.weight_gradient_seconds(),
+                "events": len(self.events), "dropped": self.dropped}
 
     def trace(self):
         """The spans and batches as a Chrome trace (the dict `chrome_trace` writes)."""
@@ -147,6 +163,9 @@ class Profile:
         for r in self.top():
             lines.append(f"{r['forward_seconds']:>10.4f} {r['backward_seconds']:>10.4f} {r['batches']:>8} "
                          f"{r['nodes']:>8}  {r['signature']}")
+        if self._weight_grads[0]:
+            lines.append(f"{'':>10} {self._weight_grads[1]:>10.4f} {'':>8} {'':>8}  weight gradients: each weight's "
+                         f"products over its batches, summed after them (in no batch above)")
         if self.dropped:
             lines.append(f"({self.dropped} trace events past max_events were not kept)")
         return "\n".join(lines)
