@@ -299,8 +299,14 @@ def _own_signature(sig, nodes_of):
     if others:
         return (f"attributes of its own: {op.name} also ran with other attributes in this flush (a number "
                 f"that is an op's attribute, such as a power's exponent or a dropout rate, makes a signature "
-                f"per value)")
+                f"per value{_ATTRIBUTE_ADVICE.get(op.name, '')})")
     return None
+
+
+_ATTRIBUTE_ADVICE = {
+    "scalar_pow": ": an exponent per instance batches as a value, x ** hb.array(k)",
+    "dropout": ": keep to a few rates",
+}
 
 
 def _gathered(plan, arenas, b):
