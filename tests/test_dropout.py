@@ -161,6 +161,39 @@ def test_map_instances_draw_the_same_masks_however_their_reads_interleave(model,
     assert_same_run(run_map(granularity), run_map(None), granularity)
 
 
+class MapsInside(hb.HybridBlock):
+    """Dropout in an hb.map over the rows, and in a map nested in it, beside plain draws."""
+
+    def forward(self, x):
+        first = hb.dropout(x, 0.5)
+        rows = hb.map(lambda k: hb.add_n(hb.map(lambda j: hb.dropout(x * float(k + j), 0.5), [1, 2])), [1, 2, 3])
+        return hb.concat([first, *rows, hb.dropout(x, 0.5)])
+
+
+@pytest.mark.parametrize("granularity", [None, *GRANULARITIES])
+def test_a_traced_forward_mapping_instances_draws_as_its_plain_forward(granularity):
+    """hb.map gives its instances streams of their own; a trace had made its map a plain
+    loop drawing from the block's stream, so the hybridized block's masks, and every draw
+    after its call, differed from the plain forward's."""
+    pytest.importorskip("greenlet")
+    x = np.ones(16, np.float32)
+
+    def run(hybridize):
+        block = MapsInside()
+        block.hybridize(hybridize)
+        hb.seed(3)
+        if granularity is None:
+            return block(x).asnumpy(), hb.dropout(hb.array(x), 0.5).asnumpy()
+        with hb.batching(granularity=granularity):
+            y, later = block(x), hb.dropout(hb.array(x), 0.5)
+        return y.asnumpy(), later.asnumpy()
+
+    plain, hybrid = run(False), run(True)
+    np.testing.assert_array_equal(hybrid[0], plain[0])
+    np.testing.assert_array_equal(hybrid[1], plain[1])
+    assert len({hybrid[0][16 * k:16 * (k + 1)].tobytes() for k in range(5)}) == 5
+
+
 def test_eval_makes_dropout_the_identity_and_train_restores_it(model):
     data = sequences()
     trained = run(model, data, "block")

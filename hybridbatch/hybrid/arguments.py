@@ -61,4 +61,15 @@ def draw_placeholder(tracer):
     a fresh key (HybridBlock's call sites), so the trace keeps no mask for later calls."""
     code = BlockInt(tracer.trace_ints)
     tracer.trace_ints += 1
+    if tracer.draw_events is not None:
+        tracer.draw_events.append(("key",))
     return code
+
+
+def draw_event(tracer, event):
+    """Note a change of random stream in a traced forward (hb.map giving its instances
+    streams of their own; ops/random.py, `replay_draws`): from the first one on, the trace
+    keeps every draw in order, so that a call draws its keys as the plain forward would."""
+    if tracer.draw_events is None:
+        tracer.draw_events = [("key",)] * (tracer.trace_ints - tracer.first_draw)
+    tracer.draw_events.append(event)

@@ -19,7 +19,6 @@ import numpy as np
 from ..record import eager, scope as _scope
 from ..errors import ScopeError
 from ..record.future import Future
-from ..ops.random import next_keys
 from ..train.parameter import Parameter
 from ..train.parameter_dict import ParameterDict
 from .arguments import INT, STATIC
@@ -321,7 +320,7 @@ class HybridBlock(Block):
             if scope.held_program is not program:   # the scope keeps the programs it records (their Parameters)
                 scope.held_program = scope.programs[program.sig_id] = program
             if program.n_draws:
-                ints = (ints or []) + next_keys(program.n_draws)
+                ints = (ints or []) + program.draw_keys()
             granularity = scope.granularity
             if granularity == "block" or (granularity == "auto" and not self.auto_inline):
                 # One graph node per call (graph.add and the Futures written out here). A block
@@ -373,7 +372,7 @@ class HybridBlock(Block):
                 key.append(h.sig.out_type)
         program = self._program(tuple(key))
         if program.n_draws:
-            ints += next_keys(program.n_draws)
+            ints += program.draw_keys()
         return program.replay(eager.apply, eager.constant, handles, ints)
 
     def _program(self, key):

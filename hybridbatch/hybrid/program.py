@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..ops.random import next_keys, replay_draws
 from ..record import signature
 from ..record.future import future_of, maker
 from ..record.scope import caller
@@ -87,6 +88,7 @@ class Program:
     container: type | None
     n_ints: int             # integer columns per call: its integer arguments, then n_draws keys
     n_draws: int            # random keys a call draws (hb.dropout inside forward)
+    draw_events: tuple | None   # how it draws them where an hb.map inside split streams (draw_keys)
     origins: dict
     owner: InitVar
 
@@ -117,6 +119,14 @@ class Program:
         self.op = Composite(self, owner)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
         self.sig_id = self.sig.id      # what recording a call appends
+
+    def draw_keys(self):
+        """A call's random keys, drawn as the plain forward draws them: the next n_draws of
+        the current stream, or, where an hb.map inside gave its instances streams of their
+        own, by replaying the trace's draw events."""
+        if self.draw_events is None:
+            return next_keys(self.n_draws)
+        return replay_draws(self.draw_events)
 
     def check_ints(self, ints, checks=None):
         """Validate a call's integers against every op that indexes with them (at record
@@ -193,5 +203,5 @@ def with_input_looked_up(program, position, lookup_sig):
                    in_types=program.in_types[:position] + program.in_types[position + 1:],
                    consts=program.consts, outputs=tuple(moved(o) for o in program.outputs),
                    out_types=program.out_types, container=program.container, n_ints=program.n_ints + 1,
-                   n_draws=program.n_draws,
+                   n_draws=program.n_draws, draw_events=program.draw_events,
                    origins={moved(s): o for s, o in program.origins.items()}, owner=program.op.owner_block)

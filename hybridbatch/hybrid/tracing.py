@@ -37,7 +37,8 @@ def trace(block, key, tracer):
         inputs.append(Future(tracer, tracer.graph.add(sig.id, (sig.out_type,), (), -1)))
     graph = tracer.graph
     n_inputs = len(graph)
-    tracer.trace_ints = n_ints          # random draws take the integer columns after these
+    tracer.trace_ints = tracer.first_draw = n_ints     # random draws take the integer columns after these
+    tracer.draw_events = None           # or the draws and stream changes in order (arguments.draw_event)
     try:
         out = block.forward(*inputs)
     except (ShapeError, IndexError, TypeError) as e:    # name the block: the op alone may not say whose
@@ -61,6 +62,7 @@ def trace(block, key, tracer):
                    consts=list(graph.constants.items()), outputs=outputs,
                    out_types=tuple(graph.type[o] for o in outputs), container=container,
                    n_ints=tracer.trace_ints, n_draws=tracer.trace_ints - n_ints,
+                   draw_events=None if tracer.draw_events is None else tuple(tracer.draw_events),
                    origins=dict(enumerate(graph.origin or ())), owner=block)
 
 

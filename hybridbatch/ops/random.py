@@ -6,7 +6,8 @@ Each draw gets a key when it is recorded: the seed's stream, numbered in recordi
 in any schedule order or inside a block program; backward hashes it again instead of
 storing it. Inside a traced forward a draw's key is a per-call integer column of the block
 (hybrid/arguments.py, `draw_placeholder`), drawn afresh at each call. hb.map gives each
-instance a stream of its own (`split`), so its draws do not depend on the interleaving.
+instance a stream of its own (`split`), so its draws do not depend on the interleaving; a
+traced forward whose map did so replays those stream changes at each call (`replay_draws`).
 """
 import itertools
 import math
@@ -100,6 +101,30 @@ def next_key():
 def next_keys(n):
     """The keys of the next n draws, in order."""
     return [next_key() for _ in range(n)]
+
+
+def replay_draws(events):
+    """The keys of a traced forward's draws where hb.map gave its instances streams of
+    their own (events: `draw_event`'s record of the trace), drawn as its plain forward
+    draws them: ("key",) the next key of the current stream, ("split", n) n streams split
+    from it, ("use", i) the i-th of the last split's streams from now on, ("end",) back to
+    the stream current before that split."""
+    keys, splits = [], []
+    outer = stream()
+    try:
+        for event in events:
+            kind = event[0]
+            if kind == "key":
+                keys.append(next_key())
+            elif kind == "split":
+                splits.append((split(event[1]), stream()))
+            elif kind == "use":
+                use(splits[-1][0][event[1]])
+            else:
+                use(splits.pop()[1])
+    finally:
+        use(outer)
+    return keys
 
 
 def keep_mask(xp, keys, shape, p):

@@ -18,6 +18,7 @@ import reprlib
 import threading
 
 from .scope import current
+from ..hybrid.arguments import draw_event
 from ..ops import random
 
 try:
@@ -49,15 +50,28 @@ def map(fn, instances):
     (['pos', 'neg', 'pos'], 1)
     """
     scope = current()
-    if scope is not None and scope.tracing:
-        return [fn(x) for x in instances]
     instances = list(instances)
+    if scope is not None and scope.tracing:
+        return _traced(scope, fn, instances)
     if scope is None:
         results, errors = _loop(fn, instances)
     else:
         results, errors = each(fn, instances)
     if errors:
         raise _first_error(errors, results, instances)
+    return results
+
+
+def _traced(tracer, fn, instances):
+    """The map in a traced forward: the plain loop (reads are refused there), its stream
+    changes noted in the trace, so that each call of the block gives each instance's draws
+    the keys the plain forward's map gives them (hybrid/arguments.py, draw_event)."""
+    draw_event(tracer, ("split", len(instances)))
+    results = []
+    for i, x in enumerate(instances):
+        draw_event(tracer, ("use", i))
+        results.append(fn(x))
+    draw_event(tracer, ("end",))
     return results
 
 
