@@ -199,7 +199,8 @@ def div(a, b):
 
 def pow(a, b):  # noqa: A001 - the public spelling is hb.pow (and a ** b)
     """a ** b elementwise (floats). A Python number as the exponent is one op with it as an
-    attribute (x ** 2); as the base, a constant of the exponent's dtype.
+    attribute (x ** 2), in a scope the node's data, so that calls with different numbers still
+    batch; as the base, a constant of the exponent's dtype.
 
     >>> hb.pow(hb.array([2.0, 3.0]), hb.array([3.0, 2.0])).asnumpy()
     array([8., 9.], dtype=float32)
@@ -207,6 +208,9 @@ def pow(a, b):  # noqa: A001 - the public spelling is hb.pow (and a ** b)
     array([2.], dtype=float32)
     """
     if isinstance(b, _Number):
+        scope = _local.scope
+        if scope is not None and not scope.tracing and getattr(getattr(a, "dtype", None), "kind", "") == "f":
+            return scope.record(E.ScalarPowPacked, (a,), (), E.ScalarPowPacked.pack(float(b)))
         return apply(E.ScalarPow, (a,), (float(b),))
     return apply(E.Pow, (_like(a, b), b))
 

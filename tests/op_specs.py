@@ -484,7 +484,14 @@ spec("weighted_sum", "add_n", _list_dims, [(lambda d: (), "any")] * 2 + [(_same(
 for _id, _p, _dom in [("pow_square", 2, "any"), ("pow_half", 0.5, "pos"), ("pow_negative", -1.5, "pos"),
                       ("pow_cube", 3.0, "any"), ("pow_reciprocal", -1, "pos")]:
     spec(_id, "scalar_pow", _rank_any, [(_same("s"), _dom)],
-         (lambda p: lambda xs, d, a: xs[0] ** p)(_p), (lambda p: lambda xs, d, a: xs[0] ** p)(_p))
+         (lambda p: lambda xs, d, a: xs[0] ** p)(_p), (lambda p: lambda xs, d, a: xs[0] ** p)(_p),
+         scope_op="scalar_pow_packed")
+# a Python exponent that differs per instance is the node's data in a scope (its float64 bits)
+_POW_PACKED = hb.ops.elementwise.ScalarPowPacked
+spec("scalar_pow_packed", "scalar_pow_packed", _rank_any, [(_same("s"), "pos")],
+     lambda xs, d, a: hb.api.apply(_POW_PACKED, (xs[0],), (), a),
+     lambda xs, d, a: xs[0] ** np.array([a], np.int64).view(np.float64)[0].astype(xs[0].dtype),
+     aux=lambda rng, d: _POW_PACKED.pack(float(rng.choice([2.0, 0.5, -1.0, 0.0, 1.0, 3.0, -1.5, 1.7]))))
 spec("pow_values", "pow", _bin_dims_same, [(_same("a"), "pos"), (_same("b"), "any")],
      lambda xs, d, a: xs[0] ** xs[1], lambda xs, d, a: xs[0] ** xs[1])
 spec("pow_mat_vec", "pow", _bin_dims_mat_vec, [(_same("a"), "pos"), (_same("b"), "any")],

@@ -75,13 +75,13 @@ def test_signatures_alike_but_for_their_parameters_are_named_as_apart():
     assert "ran apart because their Parameters differ" in str(report)
 
 
-def test_a_number_made_an_attribute_per_instance_is_named_with_what_batches_instead():
+def test_a_rate_per_instance_is_named_as_a_signature_per_value():
     x = np.ones(3, np.float32)
     with hb.batching() as scope:
-        hb.add_n([hb.sum(hb.sigmoid(hb.array(x * k)) ** k) for k in (0.5, 1.5, 2.5)])
+        hb.add_n([hb.sum(hb.dropout(hb.array(x * k), k / 4)) for k in (1.0, 2.0, 3.0)])
     reasons = _reasons(scope)
-    assert sum("attributes of its own: scalar_pow also ran with other attributes" in r
-               and "an exponent per instance batches as a value, x ** hb.array(k)" in r for r in reasons) == 3
+    assert sum("attributes of its own: dropout also ran with other attributes" in r
+               and "a signature per value: keep to a few rates" in r for r in reasons) == 3
 
 
 def test_a_node_alone_in_a_flush_a_read_forced():

@@ -399,6 +399,60 @@ class ScalarPow(_Unary):
         return _power(x, p), ["F(0.0)" if p == 0 else f"{_literal(p)} * {_power(x, p - 1)}"]
 
 
+@register
+class ScalarPowPacked(Op):
+    """x ** p with the Python number p in the node's integer (its float64 bits, `pack`): what
+    `x ** p` records at scope level for a float x, so that instances raising to different
+    numbers (a per-instance focusing exponent) batch under one signature, where ScalarPow
+    makes a signature per number. A batch runs ScalarPow's rules once per distinct number,
+    on that number's rows, so every value and derivative is eager's exactly (numpy's
+    x ** 2 is a square, x ** 0.5 a square root: not pow's numbers at -0 or -inf)."""
+    name = "scalar_pow_packed"
+    uses_aux = True
+    any_aux = True
+    _FLOAT = struct.Struct("=d")
+    _WORD = struct.Struct("=q")
+
+    @classmethod
+    def pack(cls, p):
+        return cls._WORD.unpack(cls._FLOAT.pack(p))[0]
+
+    def infer(self, attrs, shapes, dtypes):
+        check_float(self.name, shapes, dtypes)
+        return shapes[0], dtypes[0]
+
+    def index(self, aux):
+        return as_int(f"{self.name}: the packed number", aux)     # any int64
+
+    @staticmethod
+    def _groups(xp, aux):
+        """(ScalarPow's attrs, the rows or None for every row) per distinct number."""
+        words = np.ascontiguousarray(aux, np.int64)
+        if (words == words[0]).all():
+            return [((float(words[:1].view(np.float64)[0]),), None)]
+        numbers, inverse = np.unique(words, return_inverse=True)
+        return [((float(p),), xp.asarray(np.flatnonzero(inverse == k)))
+                for k, p in enumerate(numbers.view(np.float64))]
+
+    def forward(self, xp, sig, xs, aux):
+        groups = self._groups(xp, aux)
+        if groups[0][1] is None:
+            return ScalarPow.f(xp, xs[0], groups[0][0])
+        y = xp.empty_like(xs[0])
+        for attrs, rows in groups:
+            y[rows] = ScalarPow.f(xp, xs[0][rows], attrs)
+        return y
+
+    def backward(self, xp, sig, xs, aux, y, gy, needs):
+        groups = self._groups(xp, aux)
+        if groups[0][1] is None:
+            return (ScalarPow.df(xp, xs[0], y, gy, groups[0][0]),)
+        gx = xp.empty_like(gy)
+        for attrs, rows in groups:
+            gx[rows] = ScalarPow.df(xp, xs[0][rows], y[rows], gy[rows], attrs)
+        return (gx,)
+
+
 def _power(x, p):
     """x ** p for a literal p as rule source. Below 0 the kernels' fast math makes x ** -1.5
     a reciprocal square root, NaN at 0: the infinity numpy gives there is spelled out (its

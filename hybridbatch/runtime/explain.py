@@ -298,15 +298,12 @@ def _own_signature(sig, nodes_of):
                 f"shares its Parameters: each block instance, or each weight, runs in batches of its own)")
     if others:
         return (f"attributes of its own: {op.name} also ran with other attributes in this flush (a number "
-                f"that is an op's attribute, such as a power's exponent or a dropout rate, makes a signature "
-                f"per value{_ATTRIBUTE_ADVICE.get(op.name, '')})")
+                f"that is an op's attribute, such as a dropout rate, makes a signature per "
+                f"value{_ATTRIBUTE_ADVICE.get(op.name, '')})")
     return None
 
 
-_ATTRIBUTE_ADVICE = {
-    "scalar_pow": ": an exponent per instance batches as a value, x ** hb.array(k)",
-    "dropout": ": keep to a few rates",
-}
+_ATTRIBUTE_ADVICE = {"dropout": ": keep to a few rates"}
 
 
 def _gathered(plan, arenas, b):
