@@ -24,7 +24,7 @@ def test_a_batch_pointer_past_the_order_is_reported_as_such():
 
     for bptr in ([0, 5, 3], [0, 2, 5, 3]):
         with pytest.raises(ValueError, match="batch_ptr must start at 0, rise strictly"):
-            checked(bad, view, np.arange(3), np.array(bptr))
+            checked(bad, view, (np.arange(3), np.array(bptr)))
 
 
 def test_a_learned_policy_rejects_a_view_whose_type_names_repeat():
@@ -76,3 +76,86 @@ def test_loading_a_file_whose_types_are_not_distinct_names_names_it(tmp_path, ty
                                 "states": [[0]], "actions": [0]}))
     with pytest.raises(ValueError, match="bad.json: not a saved FSM policy: .*types must be a list of distinct"):
         FSMPolicy.load(path)
+
+
+def _chains(policy):
+    W = hb.Parameter("W", (3, 3), init=0.5)
+    with hb.batching(policy=policy) as scope:
+        ys = []
+        for n in (1, 2, 3):
+            h = hb.array(np.ones(3, np.float32))
+            for _ in range(n):
+                h = hb.tanh(W @ h)
+            ys.append(hb.sum(h))
+        total = hb.add_n(ys)
+        total.asnumpy()
+    return scope
+
+
+def test_a_policy_that_cannot_be_a_key_runs_at_every_flush():
+    """A dataclass's instance (its __hash__ None) crashed the plan cache's lookup with a bare
+    "unhashable type"; it is called each time instead, as a policy with cacheable = False."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Counting:
+        calls: int = 0
+
+        def __call__(self, view):
+            self.calls += 1
+            return agenda(view)
+
+    policy = Counting()
+    for _ in range(2):
+        assert _chains(policy).stats.plan_cache_hits == 0
+    assert policy.calls == 2
+
+
+@pytest.mark.parametrize("returned, got", [(None, "NoneType"), ([np.arange(2)] * 3, "a list of 3")])
+def test_a_policy_returning_no_pair_is_named_with_what_a_policy_returns(returned, got):
+    def bad(view):
+        return returned
+
+    with pytest.raises(ValueError, match=f"batching policy bad returned {got}; a policy returns a pair "
+                                         r"\(order, batch_ptr\)"):
+        _chains(bad)
+
+
+def test_a_policy_class_is_refused_for_its_instance():
+    class Mine:
+        def __call__(self, view):
+            return agenda(view)
+
+    with pytest.raises(TypeError, match=r"policy=Mine is a class: pass an instance of it, policy=Mine\(\)"):
+        hb.batching(policy=Mine)
+
+
+def test_a_policy_that_raised_leaves_the_scope_failed():
+    """Its flush failed as one whose kernel raised; the scope went on as if nothing had."""
+    calls = []
+
+    def once_broken(view):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("policy failed")
+        return agenda(view)
+
+    with pytest.raises(hb.ScopeError, match="abandoned by an exception .RuntimeError: policy failed"):
+        with hb.batching(policy=once_broken):
+            y = hb.tanh(hb.array(np.ones(2, np.float32)))
+            with pytest.raises(RuntimeError):
+                y.asnumpy()
+            y.asnumpy()
+
+
+def test_a_saved_table_nested_too_deep_or_holding_a_state_twice_is_not_a_policy(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="deep.json: not a saved FSM policy: its JSON nests too deep"):
+        FSMPolicy.load(deep)
+    twice = tmp_path / "twice.json"
+    table = FSMPolicy(["a", "b"], "sort", [[0, 4]], [0]).to_json()
+    table["states"], table["actions"] = [[0, 4], [0, 4]], [0, 1]
+    twice.write_text(json.dumps(table))
+    with pytest.raises(ValueError, match=r"twice.json: .*states 0 and 1 are both \[0, 4\]"):
+        FSMPolicy.load(twice)

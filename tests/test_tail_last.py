@@ -128,7 +128,7 @@ def test_agenda_runs_fig1_outputs_early_where_tail_last_waits():
 @SETTINGS
 @given(graph_views())
 def test_valid_on_random_dags_and_never_more_batches_than_agenda(view):
-    order, bptr = checked(tail_last, view, *tail_last(view))
+    order, bptr = checked(tail_last, view, tail_last(view))
     assert lower_bound(view) <= len(bptr) - 1 <= check_schedule(view, *agenda(view))
 
 

@@ -341,7 +341,11 @@ class batching:
         if start == len(self.graph):
             return
         t0 = time.perf_counter()
-        plan = Plan(self.graph, start, self.policy, self.arenas, self.loc_arena, self.loc_row, self.is_const)
+        try:
+            plan = Plan(self.graph, start, self.policy, self.arenas, self.loc_arena, self.loc_row, self.is_const)
+        except BaseException as e:      # a policy's error, say: a failed flush, as one whose kernel raised
+            self.failure = e
+            raise
         t1 = time.perf_counter()
         self.plans.append(plan)
         try:

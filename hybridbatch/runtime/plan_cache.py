@@ -23,10 +23,10 @@ _BUILT_IN = tuple(POLICIES.values())
 def run_policy(policy, view):
     """policy(view), checked unless the policy is built in or a learned FSMPolicy: those
     make valid schedules by construction, a user's callable may not (see schedule/check.py)."""
-    order, bptr = policy(view)
+    schedule = policy(view)
     if policy in _BUILT_IN or type(policy) is FSMPolicy:
-        return order, bptr
-    return checked(policy, view, order, bptr)
+        return schedule
+    return checked(policy, view, schedule)
 
 
 class ScheduleCache:
@@ -57,8 +57,9 @@ class ScheduleCache:
 
     def schedule(self, policy, view, global_sig):
         """(order, batch_ptr, hit): the cached schedule for this structure, or a new one.
-        A policy with `cacheable = False` (one that keeps what it is shown) is always run."""
-        if settings.plan_cache_size <= 0 or not getattr(policy, "cacheable", True):
+        A policy with `cacheable = False` (one that keeps what it is shown, or whose answers
+        change), or one that cannot be a key (a dataclass's instance), is always run."""
+        if settings.plan_cache_size <= 0 or not getattr(policy, "cacheable", True) or type(policy).__hash__ is None:
             order, bptr = run_policy(policy, view)
             return order, bptr, False
         depth = view.depth

@@ -28,6 +28,8 @@ DEFAULT_POLICY = "critical-path"
 
 def get_policy(policy):
     """A scheduling function from a name or a callable(view) -> (order, batch_ptr)."""
+    if isinstance(policy, type):
+        raise TypeError(f"policy={policy.__name__} is a class: pass an instance of it, policy={policy.__name__}()")
     if callable(policy):
         return policy
     try:

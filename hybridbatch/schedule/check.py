@@ -56,11 +56,16 @@ def _find_problem(order, bptr, sig, arg_ptr, args, executable, unbatchable):
     return 0, -1, -1
 
 
-def checked(policy, view, order, bptr):
-    """(order, bptr) as int64 arrays when they are a valid schedule of the view, else a
-    ValueError naming the policy and the first problem."""
+def checked(policy, view, schedule):
+    """(order, bptr) as int64 arrays when the policy's `schedule` is a valid one of the
+    view, else a ValueError naming the policy and the first problem."""
     name = getattr(policy, "__name__", repr(policy))
-    order, bptr = np.asarray(order), np.asarray(bptr)
+    if not isinstance(schedule, (tuple, list)) or len(schedule) != 2:
+        got = f"a {type(schedule).__name__} of {len(schedule)}" if isinstance(schedule, (tuple, list)) else \
+            type(schedule).__name__
+        raise ValueError(f"batching policy {name} returned {got}; a policy returns a pair (order, batch_ptr): "
+                         f"the executed nodes in run order, and where each batch starts in it (len(order) last)")
+    order, bptr = np.asarray(schedule[0]), np.asarray(schedule[1])
     for what, a in (("order", order), ("batch_ptr", bptr)):
         if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
             raise ValueError(f"batching policy {name} returned an invalid schedule: {what} must be a "

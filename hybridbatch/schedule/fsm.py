@@ -80,7 +80,11 @@ class FSMPolicy:
         width = max(1, len(self.types))
         skeys = np.full((len(self.states), width), -1, np.int64)
         slen = np.zeros(len(self.states), np.int64)
+        seen = {}
         for i, (state, action) in enumerate(zip(self.states, self.actions)):
+            first = seen.setdefault(tuple(state), i)
+            if first != i:      # the lookup would take either action
+                raise ValueError(f"states {first} and {i} are both {state}: a table holds each state once")
             members = {e // FLAGS for e in state}
             if len(state) > width or action not in members or not members <= set(range(len(self.types))):
                 raise ValueError(f"state {i} {state} -> {action}: not a state over {len(self.types)} types "
@@ -136,6 +140,8 @@ class FSMPolicy:
                        data.get("backoff", True))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"{path}: not a saved FSM policy: {e}") from None
+        except RecursionError:      # JSON nested past Python's stack: no saved table is
+            raise ValueError(f"{path}: not a saved FSM policy: its JSON nests too deep") from None
 
     @property
     def backoff(self):
