@@ -56,7 +56,7 @@ def _axis(op_name, axis, x):
     axis = as_int(f"{op_name} axis", axis)
     ndim = len(shape_of(x))
     if not -ndim <= axis < ndim:
-        raise ValueError(f"{op_name} axis {axis} out of range for {ndim}-D operands")
+        raise ShapeError(f"{op_name} axis {axis} out of range for {ndim}-D operands")
     return axis % ndim
 
 
@@ -68,7 +68,7 @@ def _axes(op_name, axis, x):
     axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
     out = tuple(sorted(_axis(op_name, a, x) for a in axes))
     if len(set(out)) != len(out):
-        raise ValueError(f"{op_name}: axis {axis} repeats an axis")
+        raise ShapeError(f"{op_name}: axis {axis} repeats an axis")
     return out
 
 
@@ -405,7 +405,7 @@ def weighted_sum(weights, values):
     """
     weights, values = _over_list("weighted_sum", weights), _over_list("weighted_sum", values)
     if len(weights) != len(values):
-        raise ValueError(f"weighted_sum: {len(weights)} weights for {len(values)} values")
+        raise ShapeError(f"weighted_sum: {len(weights)} weights for {len(values)} values")
     return add_n([mul(w, v) for w, v in zip(weights, values)])
 
 
@@ -461,7 +461,7 @@ def split(x, sections, axis=0):
         if not isinstance(sections, (int, np.integer)) or isinstance(sections, (bool, np.bool_)) or sections < 1:
             raise ValueError(f"split into {sections} parts: sections must be a positive integer")
         if n % sections:
-            raise ValueError(f"cannot split an axis of length {n} into {sections} equal parts")
+            raise ShapeError(f"cannot split an axis of length {n} into {sections} equal parts")
         step = n // sections
         lead = (np.s_[:],) * axis
         parts = [normalize_index(lead + (np.s_[i * step:(i + 1) * step],), shape) for i in range(sections)]
@@ -517,7 +517,7 @@ def expand_dims(x, axis):
     shape = shape_of(x)
     axis = as_int("expand_dims axis", axis)
     if not -len(shape) - 1 <= axis <= len(shape):
-        raise ValueError(f"expand_dims axis {axis} out of range for {len(shape)}-D operands")
+        raise ShapeError(f"expand_dims axis {axis} out of range for {len(shape)}-D operands")
     axis %= len(shape) + 1
     return reshape(x, shape[:axis] + (1,) + shape[axis:])
 
@@ -536,7 +536,7 @@ def squeeze(x, axis=None):
         axes = _axes("squeeze", axis, x)
         for a in axes:
             if shape[a] != 1:
-                raise ValueError(f"squeeze axis {a} has length {shape[a]}, not 1 (shape {shape})")
+                raise ShapeError(f"squeeze axis {a} has length {shape[a]}, not 1 (shape {shape})")
     return reshape(x, tuple(n for i, n in enumerate(shape) if not (i in axes and n == 1)))
 
 
@@ -566,7 +566,7 @@ def stack(xs, axis=0):
     ndim = len(shape_of(xs[0]))
     axis = as_int("stack axis", axis)
     if not -ndim - 1 <= axis <= ndim:
-        raise ValueError(f"stack axis {axis} out of range for {ndim}-D operands")
+        raise ShapeError(f"stack axis {axis} out of range for {ndim}-D operands")
     return apply(S.Stack, xs, (axis % (ndim + 1),))
 
 

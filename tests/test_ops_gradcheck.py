@@ -500,3 +500,20 @@ def test_py_func_gradient_of_the_wrong_shape_is_an_error(in_scope):
 
     in_mode(in_scope, go)
     assert not W.grad.any()
+
+
+@pytest.mark.parametrize("in_scope", [False, True])
+@pytest.mark.parametrize("call, match", [
+    (lambda x: hb.sum(x, axis=3), "sum axis 3 out of range for 2-D operands"),
+    (lambda x: hb.split(x, 2, axis=1), "cannot split an axis of length 3 into 2 equal parts"),
+    (lambda x: hb.stack([x, x], axis=4), "stack axis 4 out of range"),
+    (lambda x: hb.squeeze(x, 0), r"squeeze axis 0 has length 2, not 1"),
+    (lambda x: hb.reshape(x, (4,)), r"reshape: cannot reshape a value of shape \(2, 3\) \(6 elements\) into \(4,\): "
+                                     "the element counts differ")])
+def test_operands_whose_shapes_do_not_fit_raise_shape_error(in_scope, call, match):
+    """An axis out of range or an uneven split raised a plain ValueError, which
+    `except hb.ShapeError` missed (ShapeError is still a ValueError)."""
+    def go():
+        with pytest.raises(hb.ShapeError, match=match):
+            call(hb.array(_f32(2, 3)))
+    in_mode(in_scope, go)

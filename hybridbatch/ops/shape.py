@@ -1,6 +1,7 @@
 """Ops that move values around: inputs, parameter reads, concat, stack, slicing, reshape, transpose."""
 import numpy as np
 
+from ..errors import ShapeError
 from .registry import Op, register, check, check_one_dtype, as_batched
 from ..record import signature
 
@@ -152,10 +153,12 @@ class Reshape(Op):
     zero_exact = True
 
     def infer(self, attrs, shapes, dtypes):
-        check(all(d >= 0 for d in attrs), self.name, (shapes[0], attrs),
-              "a -1 stands for the one dimension that makes the element counts equal")
-        check(int(np.prod(attrs, dtype=np.int64)) == int(np.prod(shapes[0], dtype=np.int64)), self.name,
-              (shapes[0], attrs), "element counts differ")
+        size = int(np.prod(shapes[0], dtype=np.int64))
+        if not all(d >= 0 for d in attrs) or int(np.prod(attrs, dtype=np.int64)) != size:
+            why = ("a -1 stands for the one dimension that makes the element counts equal"
+                   if any(d < 0 for d in attrs) else "the element counts differ")
+            raise ShapeError(f"reshape: cannot reshape a value of shape {tuple(shapes[0])} ({size} elements) "
+                             f"into {tuple(attrs)}: {why}")
         return attrs, dtypes[0]
 
     def forward(self, xp, sig, xs, aux):
