@@ -7,7 +7,7 @@ __version__ = "0.1.0"   # the one source of the version: pyproject.toml reads it
 
 import importlib as _importlib
 
-from .runtime import memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
+from .runtime import memory as _memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
 from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, pow, maximum, minimum, clip, where,
                   cast, add_n, weighted_sum, concat, stack, slice, split, reshape, flatten, expand_dims, squeeze,
                   transpose, sum, mean, logsumexp, max, min, argmax, argmin, topk, lookup, pick, softmax, log_softmax,
