@@ -75,6 +75,35 @@ def test_signatures_alike_but_for_their_parameters_are_named_as_apart():
     assert "ran apart because their Parameters differ" in str(report)
 
 
+def test_an_op_under_a_shape_per_length_is_named_with_the_axis_that_varies():
+    """Its nodes batch within each length, so no node runs alone and the bound counts each
+    length apart: nothing else in the report said that the lengths split the op."""
+    W = hb.Parameter("W", (4, 4), init="uniform", rng=np.random.default_rng(0))
+    with hb.batching() as scope:
+        losses = []
+        for n in [3, 4, 5, 6] * 3:
+            x = hb.array(np.ones((n, 4), np.float32))
+            losses.append(hb.sum(hb.softmax(hb.sum(hb.tanh(x @ W), axis=1))))
+        hb.add_n(losses).asnumpy()
+        hb.tanh(np.ones(4, np.float32)).asnumpy()        # another rank: not one of the four
+    report = scope.explain()
+    assert {s.description.split("(")[0] for s in report.singles} == {"add_n", "tanh"}    # the sum, the other rank
+    by_shape = {a.op: (a.shapes, a.batches, a.nodes, a.axes) for a in report.by_shape}
+    assert by_shape["softmax"] == (4, 4, 12, ((0,),))
+    assert by_shape["tanh"] == (4, 4, 12, ((0,),))
+    assert by_shape["matmul"] == (4, 4, 12, ((0,), ()))
+    assert "  softmax: 4 shapes (operand 0 axis 0 varies), 4 batches, 12 nodes" in str(report)
+
+
+def test_a_tree_lstm_has_no_op_apart_by_shape():
+    from helpers import lstm_chain_losses
+    cell = hb.nn.LSTMCell(4, 4, seed=0)
+    cell.hybridize()
+    with hb.batching() as scope:
+        hb.add_n(lstm_chain_losses(cell, (2, 3, 5, 7, 9))).asnumpy()
+    assert scope.explain().by_shape == []
+
+
 def test_a_rate_per_instance_is_named_as_a_signature_per_value():
     x = np.ones(3, np.float32)
     with hb.batching() as scope:

@@ -12,8 +12,9 @@ several batches (dependencies, or the policy's order). The signatures a flush ra
 batches than their longest chain of dependent nodes (Eq. 2's term for them: the policy's
 order, not their dependencies, spread them). And the signatures that read alike
 but ran apart because their Parameters differ (the experts of a mixture: one block class,
-one instance each). It reads the scope's plans after the fact; nothing is collected while
-recording or running unless a profile is active.
+one instance each), and the ops that ran under many shapes of one rank (a per-length shape).
+It reads the scope's plans after the fact; nothing is collected while recording or running
+unless a profile is active.
 """
 import dataclasses
 import re
@@ -65,6 +66,19 @@ class ApartByParameters:
 
 
 @dataclasses.dataclass
+class ApartByShape:
+    """Signatures of one op, attributes and Parameters that differ only in their operands'
+    shapes, of one rank (a per-length shape: a convolution over each word's characters, an
+    attention over each sentence's tokens): shapes never batch together, so each ran in
+    batches of its own."""
+    op: str
+    shapes: int             # the distinct shape sets (signatures)
+    batches: int
+    nodes: int
+    axes: tuple             # per operand, the axes whose length varies among them
+
+
+@dataclasses.dataclass
 class Explanation:
     nodes: int
     batches: int
@@ -79,6 +93,7 @@ class Explanation:
     policies: dict = None   # where the policy spread signatures: batches each quick built-in
                             # policy makes of the same flushes, the scope's own included
     recording: str = None   # where recording primitive ops took a third of the time: what to do
+    by_shape: list = dataclasses.field(default_factory=list)    # ApartByShape, most shapes first
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -108,6 +123,13 @@ class Explanation:
             for a in self.apart:
                 lines.append(f"  {a.description}: {a.signatures} sets of Parameters, {a.batches} batches, "
                              f"{a.nodes} nodes")
+        if self.by_shape:
+            lines += ["", "ran apart because their shapes differ (pad to a few lengths, or keep per-instance "
+                          "lengths as lists of vectors and use the list ops: hb.softmax/hb.add_n/hb.max of a list):"]
+            for a in self.by_shape:
+                varying = "; ".join(f"operand {j} axis {', '.join(map(str, axes))}" for j, axes in enumerate(a.axes)
+                                    if axes)
+                lines.append(f"  {a.op}: {a.shapes} shapes ({varying} varies), {a.batches} batches, {a.nodes} nodes")
         if self.singles:
             lines += ["", f"{len(self.singles)} node{'s' if len(self.singles) != 1 else ''} ran in a batch of one:"]
             for s in self.singles[:SINGLES_SHOWN]:
@@ -194,7 +216,29 @@ def explain(scope):
                        {"recording": st.record_seconds, "scheduling": st.schedule_seconds,
                         "executing": st.execute_seconds, "backward": st.backward_seconds},
                        reports, singles, apart, _failed(scope), _policy_counts(scope) if _spread(reports) else None,
-                       _recording_hint(st, reports))
+                       _recording_hint(st, reports), _apart_by_shape(batches))
+
+
+SHAPES_NAMED = 4    # an op, attributes and Parameters under this many shapes or more: by_shape names it
+
+
+def _apart_by_shape(batches):
+    """The ops that ran under SHAPES_NAMED or more shape sets of one rank, all else alike."""
+    sigs = signature.SIGS
+    groups = defaultdict(list)
+    for s in batches:
+        sig = sigs[s]
+        groups[(sig.op.name, sig.attrs, sig.params, tuple(map(len, sig.in_shapes)))].append(s)
+    found = []
+    for (name, _, _, ranks), members in groups.items():
+        if len(members) < SHAPES_NAMED:
+            continue
+        axes = tuple(tuple(a for a in range(rank) if len({sigs[s].in_shapes[j][a] for s in members}) > 1)
+                     for j, rank in enumerate(ranks))
+        found.append(ApartByShape(name, len(members), sum(len(batches[s]) for s in members),
+                                  sum(r[0] for s in members for r in batches[s]), axes))
+    found.sort(key=lambda a: (-a.shapes, -a.nodes))
+    return found
 
 
 def _spread(reports):
