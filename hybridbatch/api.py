@@ -18,6 +18,7 @@ from .train.parameter import Parameter
 from .schedule.fsm import FSMPolicy  # noqa: F401  (public: hb.FSMPolicy.load)
 from .schedule.learn import learn_policy  # noqa: F401  (public: hb.learn_policy)
 from .record.scope import _local
+from .record.signature import TYPES
 from .record import operators
 
 _Number = (int, float, np.integer, np.floating)
@@ -93,6 +94,11 @@ def _exact(v):
     return int(v) if isinstance(v, (int, np.integer)) else float(v)
 
 
+_PLAIN = (float, int)
+_FLOAT32 = np.dtype(np.float32)
+_PACK_PAIR, _PACK_WORD = E.ScalarAffinePacked._PAIR.pack, E.ScalarAffinePacked._WORD.unpack
+
+
 def _scalar_affine(x, a, c, wraps=False):
     """a * x + c for Python numbers a, c. Recorded in a scope (outside a traced forward) on
     a float operand, the numbers are the node's data, so calls with different numbers batch
@@ -103,8 +109,17 @@ def _scalar_affine(x, a, c, wraps=False):
     taken into the dtype's range modulo 2 ** bits, so -x of uint8 is 255 * x and x - (-128)
     of int8 is x + -128. Elsewhere a number the dtype cannot hold is refused by the op, as
     numpy refuses x * -1 on unsigned values."""
-    a, c = _exact(a), _exact(c)
     scope = _local.scope
+    if (x.__class__ is Future and scope is not None and x.scope is scope and a.__class__ in _PLAIN
+            and c.__class__ in _PLAIN and not scope.tracing and TYPES[scope.graph.type[x.id]][1] is _FLOAT32):
+        # the common case, written out: a float32 value of this scope and Python numbers
+        try:
+            packed = _PACK_WORD(_PACK_PAIR(a, c if c or c.__class__ is float else -0.0))[0]
+        except OverflowError:       # beyond float32: the general path below makes it an operand
+            pass
+        else:
+            return scope.record(E.ScalarAffinePacked, (x,), (), packed)
+    a, c = _exact(a), _exact(c)
     dtype = getattr(x, "dtype", None)
     kind = getattr(dtype, "kind", "")
     if kind == "f" and scope is not None and not scope.tracing:
