@@ -290,6 +290,10 @@ class HybridBlock(Block):
                 i = a.id
                 ids = (i,)
                 key = (types[i],)
+            elif a.__class__ is np.ndarray:     # one input array: a constant
+                i = scope.constant(a).id
+                ids = (i,)
+                key = (types[i],)
             else:
                 ids, key = [], []
                 for a in args:
