@@ -194,6 +194,36 @@ def test_a_traced_forward_mapping_instances_draws_as_its_plain_forward(granulari
     assert len({hybrid[0][16 * k:16 * (k + 1)].tobytes() for k in range(5)}) == 5
 
 
+class MapsWithoutDrawing(hb.HybridBlock):
+    """An hb.map with no draw inside: its split still advances the block's stream."""
+
+    def forward(self, x):
+        return hb.add_n(hb.map(lambda k: x * float(k), [1, 2]))
+
+
+@pytest.mark.parametrize("granularity", [None, *GRANULARITIES])
+def test_a_traced_forward_mapping_without_draws_advances_the_stream_as_its_plain_forward(granularity):
+    """The plain forward's map splits the stream (one key) even where no instance draws, so
+    the draws after the hybridized block's call are the plain forward's only if each call
+    splits it too."""
+    pytest.importorskip("greenlet")
+    x = np.ones(16, np.float32)
+
+    def run(hybridize):
+        block = MapsWithoutDrawing()
+        block.hybridize(hybridize)
+        hb.seed(5)
+        if granularity is None:
+            block(x)
+            return hb.dropout(hb.array(x), 0.5).asnumpy()
+        with hb.batching(granularity=granularity):
+            block(x)
+            later = hb.dropout(hb.array(x), 0.5)
+        return later.asnumpy()
+
+    np.testing.assert_array_equal(run(True), run(False))
+
+
 def test_eval_makes_dropout_the_identity_and_train_restores_it(model):
     data = sequences()
     trained = run(model, data, "block")

@@ -323,8 +323,10 @@ class HybridBlock(Block):
             program = self._programs.get(key) or self._program(key)
             if scope.held_program is not program:   # the scope keeps the programs it records (their Parameters)
                 scope.held_program = scope.programs[program.sig_id] = program
-            if program.n_draws:
-                ints = (ints or []) + program.draw_keys()
+            if program.draws:
+                keys = program.draw_keys()
+                if keys:
+                    ints = (ints or []) + keys
             granularity = scope.granularity
             if granularity == "block" or (granularity == "auto" and not self.auto_inline):
                 # One graph node per call (graph.add and the Futures written out here). A block
@@ -375,7 +377,7 @@ class HybridBlock(Block):
                 handles.append(h)
                 key.append(h.sig.out_type)
         program = self._program(tuple(key))
-        if program.n_draws:
+        if program.draws:
             ints += program.draw_keys()
         return program.replay(eager.apply, eager.constant, handles, ints)
 

@@ -116,6 +116,9 @@ class Program:
         for step in self.steps:
             if step.sig.op.holds_aux:
                 step.sig.op.keep_aux(self, step.aux)
+        # a call takes from the random stream where it draws keys, or where an hb.map inside
+        # splits the stream (one key) though no instance draws
+        self.draws = self.n_draws > 0 or self.draw_events is not None
         self.op = Composite(self, owner)
         self.sig = signature.intern(self.op, (), self.in_types)   # one block call = one node
         self.sig_id = self.sig.id      # what recording a call appends

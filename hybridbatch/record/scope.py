@@ -166,7 +166,6 @@ class batching:
     # class defaults, set on the scope when first needed
     suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
     _parameter_values = None    # _of_parameters' nodes of this flush: key -> node id
-    draw_events = None      # a tracer's draws and stream changes, once an hb.map splits streams (hybrid/arguments.py)
     _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
 
     # -- recording (the hot path) -----------------------------------------------------
