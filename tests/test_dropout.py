@@ -224,6 +224,45 @@ def test_a_traced_forward_mapping_without_draws_advances_the_stream_as_its_plain
     np.testing.assert_array_equal(run(True), run(False))
 
 
+class CatchesAMapError(hb.HybridBlock):
+    """An hb.map whose second instance raises, caught inside forward, then a draw."""
+
+    def forward(self, x):
+        def instance(k):
+            if k == 2:
+                raise ValueError("instance 2")
+            return hb.dropout(x * float(k), 0.5)
+
+        try:
+            hb.map(instance, [1, 2, 3])
+        except ValueError as e:
+            rows = [r for r in e.map_results if r is not None]
+        return hb.concat([*rows, hb.dropout(x, 0.5)])
+
+
+@pytest.mark.parametrize("granularity", [None, *GRANULARITIES])
+def test_a_traced_map_whose_instance_raises_runs_the_rest_and_draws_as_its_plain_forward(granularity):
+    """The plain forward's map runs every instance and then raises the failing one's error:
+    the trace's map does the same, and ends its instances' streams, so the draws after it
+    are the plain forward's."""
+    pytest.importorskip("greenlet")
+    x = np.ones(16, np.float32)
+
+    def run(hybridize):
+        block = CatchesAMapError()
+        block.hybridize(hybridize)
+        hb.seed(9)
+        if granularity is None:
+            return block(x).asnumpy()
+        with hb.batching(granularity=granularity):
+            y = block(x)
+        return y.asnumpy()
+
+    hybrid = run(True)
+    assert hybrid.shape == (48,)
+    np.testing.assert_array_equal(hybrid, run(False))
+
+
 def test_eval_makes_dropout_the_identity_and_train_restores_it(model):
     data = sequences()
     trained = run(model, data, "block")

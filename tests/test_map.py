@@ -375,9 +375,11 @@ def test_of_several_failing_instances_the_lowest_index_is_raised(batched):
     assert info.value.map_results == [None, 1, None]
 
 
-def test_an_instance_raising_greenlet_exit_ends_with_it_and_the_map_returns():
+@pytest.mark.parametrize("in_scope", [False, True])
+def test_an_instance_raising_greenlet_exit_ends_with_it_and_the_map_returns(in_scope):
     """GreenletExit ends a greenlet quietly, handing the exception to its parent as a
-    value: the map had taken the dead greenlet for a suspended one and looped forever."""
+    value: the map keeps it as the instance's exception, inside a scope and outside one
+    alike, and the other instances run to their end."""
     from greenlet import GreenletExit
 
     def stops(x):
@@ -386,7 +388,7 @@ def test_an_instance_raising_greenlet_exit_ends_with_it_and_the_map_returns():
             raise GreenletExit("instance 1 stops")
         return x
 
-    with hb.batching():
+    with hb.batching() if in_scope else contextlib.nullcontext():
         with pytest.raises(GreenletExit, match="instance 1 stops") as info:
             hb.map(stops, range(3))
     assert info.value.map_results == [0, None, 2]

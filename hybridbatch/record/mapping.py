@@ -22,7 +22,7 @@ from ..hybrid.arguments import draw_event
 from ..ops import random
 
 try:
-    from greenlet import greenlet, getcurrent
+    from greenlet import GreenletExit, greenlet, getcurrent
 except ImportError:         # an optional extra: hb.map outside a scope is a plain loop
     greenlet = None
 
@@ -51,10 +51,10 @@ def map(fn, instances):
     """
     scope = current()
     instances = list(instances)
-    if scope is not None and scope.tracing:
-        return _traced(scope, fn, instances)
     if scope is None:
         results, errors = _loop(fn, instances)
+    elif scope.tracing:
+        results, errors = _traced(scope, fn, instances)
     else:
         results, errors = each(fn, instances)
     if errors:
@@ -67,29 +67,38 @@ def _traced(tracer, fn, instances):
     changes noted in the trace, so that each call of the block gives each instance's draws
     the keys the plain forward's map gives them (hybrid/arguments.py, draw_event)."""
     draw_event(tracer, ("split", len(instances)))
-    results = []
-    for i, x in enumerate(instances):
-        draw_event(tracer, ("use", i))
-        results.append(fn(x))
-    draw_event(tracer, ("end",))
-    return results
+    try:
+        return _in_turn(fn, instances, lambda i: draw_event(tracer, ("use", i)))
+    finally:
+        draw_event(tracer, ("end",))
 
 
 def _loop(fn, instances):
     """The map outside a scope: each instance in turn, on a random stream of its own (its
-    dropout masks as in a scope), its Exception kept as a scope's map keeps it."""
+    dropout masks as in a scope)."""
     streams = random.split(len(instances))
     outer = random.stream()
-    results, errors = [None] * len(instances), {}
     try:
-        for i, (x, own) in enumerate(zip(instances, streams)):
-            random.use(own)
-            try:
-                results[i] = fn(x)
-            except Exception as e:
-                errors[i] = e
+        return _in_turn(fn, instances, lambda i: random.use(streams[i]))
     finally:
         random.use(outer)
+
+
+# what an instance may raise and the map keeps as that instance's error: GreenletExit too,
+# which the scope's map, running instances as greenlets, meets as an instance's end (_run)
+_INSTANCE_ERRORS = Exception if greenlet is None else (Exception, GreenletExit)
+
+
+def _in_turn(fn, instances, enter):
+    """fn over the instances one after another, enter(i) before instance i: (results,
+    {index: exception}), as the scope's map returns them."""
+    results, errors = [None] * len(instances), {}
+    for i, x in enumerate(instances):
+        enter(i)
+        try:
+            results[i] = fn(x)
+        except _INSTANCE_ERRORS as e:
+            errors[i] = e
     return results, errors
 
 
