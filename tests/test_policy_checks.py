@@ -92,23 +92,25 @@ def _chains(policy):
     return scope
 
 
-def test_a_policy_that_cannot_be_a_key_runs_at_every_flush():
-    """A dataclass's instance (its __hash__ None) crashed the plan cache's lookup with a bare
-    "unhashable type"; it is called each time instead, as a policy with cacheable = False."""
+@pytest.mark.parametrize("frozen", [False, True])
+def test_a_policy_that_cannot_be_a_key_runs_at_every_flush(frozen):
+    """A dataclass's instance (its __hash__ None), or a frozen one holding a list (its
+    __hash__ raising), is called each time, as a policy with cacheable = False, not crashed
+    on in the plan cache's lookup with a bare "unhashable type"."""
     import dataclasses
 
-    @dataclasses.dataclass
+    @dataclasses.dataclass(frozen=frozen)
     class Counting:
-        calls: int = 0
+        calls: list = dataclasses.field(default_factory=list)
 
         def __call__(self, view):
-            self.calls += 1
+            self.calls.append(len(view.depth))
             return agenda(view)
 
     policy = Counting()
     for _ in range(2):
         assert _chains(policy).stats.plan_cache_hits == 0
-    assert policy.calls == 2
+    assert len(policy.calls) == 2
 
 
 @pytest.mark.parametrize("returned, got", [(None, "NoneType"), ([np.arange(2)] * 3, "a list of 3")])

@@ -59,7 +59,7 @@ class ScheduleCache:
         """(order, batch_ptr, hit): the cached schedule for this structure, or a new one.
         A policy with `cacheable = False` (one that keeps what it is shown, or whose answers
         change), or one that cannot be a key (a dataclass's instance), is always run."""
-        if settings.plan_cache_size <= 0 or not getattr(policy, "cacheable", True) or type(policy).__hash__ is None:
+        if settings.plan_cache_size <= 0 or not getattr(policy, "cacheable", True) or not _hashable(policy):
             order, bptr = run_policy(policy, view)
             return order, bptr, False
         depth = view.depth
@@ -76,6 +76,16 @@ class ScheduleCache:
             self._entries[key] = (order, bptr)
             self._trim()
         return order, bptr, False
+
+
+def _hashable(policy):
+    """Whether the policy can be part of a key: a dataclass's instance has no __hash__, a
+    frozen one holding a list has one that raises."""
+    try:
+        hash(policy)
+    except TypeError:
+        return False
+    return True
 
 
 CACHE = ScheduleCache()
