@@ -150,6 +150,21 @@ def test_a_policy_that_raised_leaves_the_scope_failed():
             y.asnumpy()
 
 
+def test_a_flush_whose_policy_raised_is_not_counted_as_a_read_one():
+    """stats count the flushes that ran: the read's flush that failed in its policy had
+    stayed counted among the forced ones (one forced of no flushes)."""
+    def broken(view):
+        raise RuntimeError("policy failed")
+
+    scope = hb.batching(policy=broken)
+    with pytest.raises(hb.ScopeError, match="abandoned by an exception .RuntimeError: policy failed"):
+        with scope:
+            y = hb.tanh(hb.array(np.ones(2, np.float32)))
+            with pytest.raises(RuntimeError):
+                y.asnumpy()
+    assert (scope.stats.flushes, scope.stats.forced_flushes) == (0, 0)
+
+
 def test_a_saved_table_nested_too_deep_or_holding_a_state_twice_is_not_a_policy(tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000)

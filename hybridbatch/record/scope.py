@@ -343,7 +343,7 @@ class batching:
         try:
             plan = Plan(self.graph, start, self.policy, self.arenas, self.loc_arena, self.loc_row, self.is_const)
         except BaseException as e:      # a policy's error, say: a failed flush, as one whose kernel raised
-            self.failure = e
+            self._failed(e)
             raise
         t1 = time.perf_counter()
         self.plans.append(plan)
@@ -362,12 +362,9 @@ class batching:
                 prof.span("forward", t1, done)
             self._since = done
         except BaseException as e:
-            # stats and explain count the flushes that ran; explain names this one apart
             self.plans.pop()
-            self.forced_plans.discard(len(self.plans))
-            self.map_round_plans.discard(len(self.plans))
-            self.failed_plan = plan
-            self.failure = e
+            self.failed_plan = plan     # explain names it apart
+            self._failed(e)
             raise
         finally:
             t2 = time.perf_counter()
@@ -375,6 +372,13 @@ class batching:
             self._times["execute"] += t2 - t1
             if self.open:
                 self._times["busy_inside"] += t2 - t0
+
+    def _failed(self, e):
+        """A flush that failed, in its policy or in a kernel: stats and explain count the
+        flushes that ran, so its index is no read's or map round's; the scope is unusable."""
+        self.forced_plans.discard(len(self.plans))
+        self.map_round_plans.discard(len(self.plans))
+        self.failure = e
 
     def _owned_constant(self, value):
         """Record an input node holding `value`, an array of the backend that nothing else will
