@@ -95,6 +95,15 @@ def test_an_op_under_a_shape_per_length_is_named_with_the_axis_that_varies():
     assert "  softmax: 4 shapes (operand 0 axis 0 varies), 4 batches, 12 nodes" in str(report)
 
 
+def test_shapes_of_different_dtypes_are_not_counted_as_one_op_apart_by_shape():
+    """Two lengths in each of two dtypes are two shape sets, not four: the dtypes split the
+    op as well, and the report does not say the shapes did."""
+    with hb.batching() as scope:
+        for dtype in (np.float32, np.float64):
+            hb.add_n([hb.sum(hb.tanh(np.ones(n, dtype))) for n in (3, 4) * 2]).asnumpy()
+    assert scope.explain().by_shape == []
+
+
 def test_a_tree_lstm_has_no_op_apart_by_shape():
     from helpers import lstm_chain_losses
     cell = hb.nn.LSTMCell(4, 4, seed=0)

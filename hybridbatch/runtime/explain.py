@@ -223,15 +223,16 @@ SHAPES_NAMED = 4    # an op, attributes and Parameters under this many shapes or
 
 
 def _apart_by_shape(batches):
-    """The ops that ran under SHAPES_NAMED or more shape sets of one rank, all else alike."""
+    """The ops that ran under SHAPES_NAMED or more shape sets of one rank, all else (dtypes
+    too) alike."""
     sigs = signature.SIGS
     groups = defaultdict(list)
     for s in batches:
         sig = sigs[s]
-        groups[(sig.op.name, sig.attrs, sig.params, tuple(map(len, sig.in_shapes)))].append(s)
+        groups[(sig.op.name, sig.attrs, sig.params, sig.in_dtypes, tuple(map(len, sig.in_shapes)))].append(s)
     found = []
-    for (name, _, _, ranks), members in groups.items():
-        if len(members) < SHAPES_NAMED:
+    for (name, _, _, _, ranks), members in groups.items():
+        if len({sigs[s].in_shapes for s in members}) < SHAPES_NAMED:
             continue
         axes = tuple(tuple(a for a in range(rank) if len({sigs[s].in_shapes[j][a] for s in members}) > 1)
                      for j, rank in enumerate(ranks))
