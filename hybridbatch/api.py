@@ -97,6 +97,7 @@ def _exact(v):
 _PLAIN = (float, int)
 _FLOAT32 = np.dtype(np.float32)
 _PACK_PAIR, _PACK_WORD = E.ScalarAffinePacked._PAIR.pack, E.ScalarAffinePacked._WORD.unpack
+_PACK_POWER = E.ScalarPowPacked.pack
 
 
 def _scalar_affine(x, a, c, wraps=False):
@@ -222,10 +223,14 @@ def pow(a, b):  # noqa: A001 - the public spelling is hb.pow (and a ** b)
     >>> (hb.array([4.0]) ** 0.5).asnumpy()
     array([2.], dtype=float32)
     """
+    scope = _local.scope
+    if (b.__class__ in _PLAIN and a.__class__ is Future and scope is not None and a.scope is scope
+            and not scope.tracing and TYPES[scope.graph.type[a.id]][1].kind == "f"):
+        # the common case, written out: a float value of this scope and a Python number
+        return scope.record(E.ScalarPowPacked, (a,), (), _PACK_POWER(float(b)))
     if isinstance(b, _Number):
-        scope = _local.scope
         if scope is not None and not scope.tracing and getattr(getattr(a, "dtype", None), "kind", "") == "f":
-            return scope.record(E.ScalarPowPacked, (a,), (), E.ScalarPowPacked.pack(float(b)))
+            return scope.record(E.ScalarPowPacked, (a,), (), _PACK_POWER(float(b)))
         return apply(E.ScalarPow, (a,), (float(b),))
     return apply(E.Pow, (_like(a, b), b))
 
