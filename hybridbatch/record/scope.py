@@ -242,9 +242,9 @@ class batching:
         """A node of an op over Parameters only (`W[:64]`, `tanh(W)`): its first operand read
         as a per-instance value (ParamRead), so that the kernel has a batched operand. The value
         is the same at every call until the next flush, so a call like one still pending gets
-        that node: a slice of a weight taken per call had copied the whole weight per call, and
-        made training slower than eager. Only where aux is a plain int (an index, or none), not
-        a function's handle (py_func)."""
+        that node: a slice of a weight taken per call then reads the weight once per flush,
+        not once per call. Only where aux is a plain int (an index, or none), not a function's
+        handle (py_func)."""
         shared = aux.__class__ is int and not op.holds_aux
         key = (op.id, attrs, codes, aux)
         cache = self._parameter_values

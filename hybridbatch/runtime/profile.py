@@ -106,7 +106,7 @@ class Profile:
     def weight_gradients(self, start, end):
         """A backward's deferred weight-gradient products (runtime/autograd.py,
         one_gemm_per_weight), from `start` to `end`: timed apart (`weight_gradient_seconds`),
-        not charged to the batch that happened to run last."""
+        in no batch's seconds, since they sum over all of a weight's batches."""
         self._weight_grads[0] += 1
         self._weight_grads[1] += end - start
         self._event("weight gradients", "weights", start, end - start, {})
