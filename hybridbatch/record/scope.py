@@ -166,6 +166,7 @@ class batching:
     # class defaults, set on the scope when first needed
     suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
     _parameter_values = None    # _of_parameters' nodes of this flush: key -> node id
+    _arrays_seen = None     # _array_constant's: (id of a recorded numpy array -> its node, the arrays)
     _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
 
     # -- recording (the hot path) -----------------------------------------------------
@@ -305,7 +306,7 @@ class batching:
             self._let_go_here()
             return eager.constant(value)
         if value.__class__ is np.ndarray and value.dtype.kind in "fiub" and backend.xp() is np:
-            return self._owned_constant(value.copy())    # the common case: a copy, as to_array makes
+            return self._array_constant(value)      # the common case
         from .eager import Tensor, refuse_held_values, trainable_source
         refuse_held_values(value)
         if isinstance(value, Tensor):
@@ -323,6 +324,28 @@ class batching:
                                  "(hb.array/constant take data, such as a numpy array)")
             raise ScopeError("a Future from another batching scope was used here")
         return self._owned_constant(backend.to_array(value))
+
+    def _array_constant(self, value):
+        """A numpy array's input node: a copy recorded, or, where this array was recorded
+        before in the scope and its numbers, shape and dtype are as they were, that node again.
+        Per-instance code hands one array to several blocks (an example's input to a gate
+        and its experts, a zero state to every sequence): one node then, not a copy a call.
+        An array written in place between calls gets a node of its new numbers."""
+        seen = self._arrays_seen
+        if seen is None:
+            seen = self._arrays_seen = ({}, [])
+        nid = seen[0].get(id(value))
+        if nid is not None:     # this array: the scope holds it, so no other object has its id
+            held = self.graph.constants.get(nid)
+            if held is None:    # flushed: its row of the arena
+                held = self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]
+            if held.shape == value.shape and held.dtype == value.dtype and held.tobytes() == value.tobytes():
+                return future_of(self, nid)
+        else:
+            seen[1].append(value)
+        f = self._owned_constant(value.copy())
+        seen[0][id(value)] = f.id
+        return f
 
     def owned_constant(self, value):
         """constant(value) for a fresh numpy array that nothing else holds: on the numpy
