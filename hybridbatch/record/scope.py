@@ -337,9 +337,10 @@ class batching:
         nid = seen[0].get(id(value))
         if nid is not None:     # this array: the scope holds it, so no other object has its id
             held = self.graph.constants.get(nid)
-            if held is None:    # flushed: its row of the arena
+            if held is None and nid < self.flushed:     # its row of the arena
                 held = self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]
-            if held.shape == value.shape and held.dtype == value.dtype and held.tobytes() == value.tobytes():
+            if (held is not None and held.shape == value.shape and held.dtype == value.dtype
+                    and held.tobytes() == value.tobytes()):
                 return future_of(self, nid)
         else:
             seen[1].append(value)
