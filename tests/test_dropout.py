@@ -170,25 +170,28 @@ class MapsInside(hb.HybridBlock):
         return hb.concat([first, *rows, hb.dropout(x, 0.5)])
 
 
+def call_then_draw(block_type, granularity, hybridize, seed):
+    """(block_type()(x), a dropout mask drawn after the call) as values, run plainly
+    (granularity None) or in a scope: a hybridized block must give what its plain forward
+    gives, and leave the stream where its plain forward leaves it."""
+    pytest.importorskip("greenlet")
+    x = np.ones(16, np.float32)
+    block = block_type()
+    block.hybridize(hybridize)
+    hb.seed(seed)
+    if granularity is None:
+        return block(x).asnumpy(), hb.dropout(hb.array(x), 0.5).asnumpy()
+    with hb.batching(granularity=granularity):
+        y, later = block(x), hb.dropout(hb.array(x), 0.5)
+    return y.asnumpy(), later.asnumpy()
+
+
 @pytest.mark.parametrize("granularity", [None, *GRANULARITIES])
 def test_a_traced_forward_mapping_instances_draws_as_its_plain_forward(granularity):
     """hb.map gives its instances streams of their own; a trace had made its map a plain
     loop drawing from the block's stream, so the hybridized block's masks, and every draw
     after its call, differed from the plain forward's."""
-    pytest.importorskip("greenlet")
-    x = np.ones(16, np.float32)
-
-    def run(hybridize):
-        block = MapsInside()
-        block.hybridize(hybridize)
-        hb.seed(3)
-        if granularity is None:
-            return block(x).asnumpy(), hb.dropout(hb.array(x), 0.5).asnumpy()
-        with hb.batching(granularity=granularity):
-            y, later = block(x), hb.dropout(hb.array(x), 0.5)
-        return y.asnumpy(), later.asnumpy()
-
-    plain, hybrid = run(False), run(True)
+    plain, hybrid = (call_then_draw(MapsInside, granularity, h, 3) for h in (False, True))
     np.testing.assert_array_equal(hybrid[0], plain[0])
     np.testing.assert_array_equal(hybrid[1], plain[1])
     assert len({hybrid[0][16 * k:16 * (k + 1)].tobytes() for k in range(5)}) == 5
@@ -206,22 +209,9 @@ def test_a_traced_forward_mapping_without_draws_advances_the_stream_as_its_plain
     """The plain forward's map splits the stream (one key) even where no instance draws, so
     the draws after the hybridized block's call are the plain forward's only if each call
     splits it too."""
-    pytest.importorskip("greenlet")
-    x = np.ones(16, np.float32)
-
-    def run(hybridize):
-        block = MapsWithoutDrawing()
-        block.hybridize(hybridize)
-        hb.seed(5)
-        if granularity is None:
-            block(x)
-            return hb.dropout(hb.array(x), 0.5).asnumpy()
-        with hb.batching(granularity=granularity):
-            block(x)
-            later = hb.dropout(hb.array(x), 0.5)
-        return later.asnumpy()
-
-    np.testing.assert_array_equal(run(True), run(False))
+    plain, hybrid = (call_then_draw(MapsWithoutDrawing, granularity, h, 5) for h in (False, True))
+    np.testing.assert_array_equal(hybrid[0], plain[0])
+    np.testing.assert_array_equal(hybrid[1], plain[1])
 
 
 class CatchesAMapError(hb.HybridBlock):
@@ -243,24 +233,12 @@ class CatchesAMapError(hb.HybridBlock):
 @pytest.mark.parametrize("granularity", [None, *GRANULARITIES])
 def test_a_traced_map_whose_instance_raises_runs_the_rest_and_draws_as_its_plain_forward(granularity):
     """The plain forward's map runs every instance and then raises the failing one's error:
-    the trace's map does the same, and ends its instances' streams, so the draws after it
-    are the plain forward's."""
-    pytest.importorskip("greenlet")
-    x = np.ones(16, np.float32)
-
-    def run(hybridize):
-        block = CatchesAMapError()
-        block.hybridize(hybridize)
-        hb.seed(9)
-        if granularity is None:
-            return block(x).asnumpy()
-        with hb.batching(granularity=granularity):
-            y = block(x)
-        return y.asnumpy()
-
-    hybrid = run(True)
-    assert hybrid.shape == (48,)
-    np.testing.assert_array_equal(hybrid, run(False))
+    the trace's map does the same, and ends its instances' streams, so the draws inside and
+    after it are the plain forward's."""
+    plain, hybrid = (call_then_draw(CatchesAMapError, granularity, h, 9) for h in (False, True))
+    assert hybrid[0].shape == (48,)
+    np.testing.assert_array_equal(hybrid[0], plain[0])
+    np.testing.assert_array_equal(hybrid[1], plain[1])
 
 
 def test_eval_makes_dropout_the_identity_and_train_restores_it(model):
