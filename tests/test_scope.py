@@ -269,7 +269,10 @@ def test_an_array_passed_again_unchanged_is_one_input_node():
     step.hybridize()
     x = np.arange(4, dtype=np.float32)
     with hb.batching() as scope:
-        first, second = step(x), hb.tanh(x)
+        first = step(x)
+        nodes = len(scope.graph)
+        second = hb.tanh(x)
+        assert len(scope.graph) == nodes + 1            # the tanh: x is still pending, one node
         inputs = len(scope.graph)
         first.asnumpy()
         third = step(x) + hb.array(x)
@@ -289,6 +292,25 @@ def test_an_array_passed_again_unchanged_is_one_input_node():
     assert as_ints.dtype == np.int32
     np.testing.assert_array_equal(as_ints.asnumpy(), np.arange(4, dtype=np.float32).view(np.int32))
     np.testing.assert_array_equal(changed.asnumpy(), [7.0, 1.0, 2.0, 3.0])
+
+
+def test_a_recorded_array_is_not_held_by_the_scope():
+    """The scope recognises an array passed again without holding it: a view's base is
+    freed with its last user reference, and the array can still be resized in place."""
+    import gc
+    import weakref
+    big = np.ones(1 << 20, np.float32)
+    base = weakref.ref(big)
+    buffer = np.zeros(3, np.float32)
+    with hb.batching():
+        loss = hb.sum(hb.array(big[:4]))
+        doubled = hb.array(buffer) * 2.0
+        buffer.resize(5, refcheck=True)
+        del big
+        gc.collect()
+        assert base() is None
+    assert loss.item() == 4.0
+    np.testing.assert_array_equal(doubled.asnumpy(), [0.0, 0.0, 0.0])
 
 
 @pytest.mark.parametrize("mode", ["eager", "batched"])
