@@ -39,7 +39,6 @@ _new = object.__new__
 
 GRANULARITIES = ("op", "block", "auto")
 DEFAULT_GRANULARITY = "auto"
-REUSED_ARRAY_BYTES = 1 << 16    # _array_constant: larger arrays are copied at every call, not compared
 # Read as a constant, a computed value from outside a traced forward would lose its gradient
 # (and keep its first value for every later call), where the un-hybridized forward has both.
 _CAPTURED = ("a hybridized block's forward read a value computed outside it (a closure, global or attribute); "
@@ -167,7 +166,6 @@ class batching:
     # class defaults, set on the scope when first needed
     suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
     _parameter_values = None    # _of_parameters' nodes of this flush: key -> node id
-    _arrays_seen = None     # _array_constant's: id of a numpy array recorded -> its node
     _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
 
     # -- recording (the hot path) -----------------------------------------------------
@@ -307,7 +305,7 @@ class batching:
             self._let_go_here()
             return eager.constant(value)
         if value.__class__ is np.ndarray and value.dtype.kind in "fiub" and backend.xp() is np:
-            return self._array_constant(value)      # the common case
+            return self._owned_constant(value.copy())    # the common case: a copy, as to_array makes
         from .eager import Tensor, refuse_held_values, trainable_source
         refuse_held_values(value)
         if isinstance(value, Tensor):
@@ -325,35 +323,6 @@ class batching:
                                  "(hb.array/constant take data, such as a numpy array)")
             raise ScopeError("a Future from another batching scope was used here")
         return self._owned_constant(backend.to_array(value))
-
-    def _array_constant(self, value):
-        """A numpy array's input node: a copy recorded, or, where this array was recorded
-        before in the scope and its numbers, shape and dtype are as they were, that node again.
-        Per-instance code hands one array to several blocks (an example's input to a gate
-        and its experts, a zero state to every sequence): one node then, not a copy a call.
-        An array written in place between calls gets a node of its new numbers. The scope
-        holds no reference to the arrays (it keeps no user's buffer alive, and a weak one
-        would make numpy refuse its resize): another array given a freed one's id is that
-        node only where it holds the same numbers, shape and dtype, a value alike. A 0-d
-        array, or one of more than REUSED_ARRAY_BYTES, is copied every time (its copy costs
-        no more than the comparison)."""
-        if 0 < value.nbytes <= REUSED_ARRAY_BYTES and value.ndim:
-            seen = self._arrays_seen
-            if seen is None:
-                seen = self._arrays_seen = {}
-            else:
-                nid = seen.get(id(value))
-                if nid is not None:
-                    held = self.graph.constants.get(nid)
-                    if held is None and nid < self.flushed:     # its row of the arena
-                        held = self.arenas[self.loc_arena.data[nid]][self.loc_row.data[nid]]
-                    if (held is not None and held.shape == value.shape and held.dtype == value.dtype
-                            and held.tobytes() == value.tobytes()):
-                        return future_of(self, nid)
-            f = self._owned_constant(value.copy())
-            seen[id(value)] = f.id
-            return f
-        return self._owned_constant(value.copy())
 
     def owned_constant(self, value):
         """constant(value) for a fresh numpy array that nothing else holds: on the numpy
