@@ -375,11 +375,10 @@ def test_of_several_failing_instances_the_lowest_index_is_raised(batched):
     assert info.value.map_results == [None, 1, None]
 
 
-@pytest.mark.parametrize("in_scope", [False, True])
-def test_an_instance_raising_greenlet_exit_ends_with_it_and_the_map_returns(in_scope):
+def test_an_instance_raising_greenlet_exit_ends_with_it_and_the_map_returns():
     """GreenletExit ends a greenlet quietly, handing the exception to its parent as a
-    value: the map keeps it as the instance's exception, inside a scope and outside one
-    alike, and the other instances run to their end."""
+    value: inside a scope the map keeps it as the instance's exception, and the other
+    instances run to their end."""
     from greenlet import GreenletExit
 
     def stops(x):
@@ -388,10 +387,27 @@ def test_an_instance_raising_greenlet_exit_ends_with_it_and_the_map_returns(in_s
             raise GreenletExit("instance 1 stops")
         return x
 
-    with hb.batching() if in_scope else contextlib.nullcontext():
+    with hb.batching():
         with pytest.raises(GreenletExit, match="instance 1 stops") as info:
             hb.map(stops, range(3))
     assert info.value.map_results == [0, None, 2]
+
+
+def test_a_killed_greenlet_stops_its_map_outside_a_scope_at_once():
+    """A kill (GreenletExit thrown into the greenlet running the map) is not an instance's
+    Exception: the plain loop stops at it, and the later instances do not run."""
+    from greenlet import GreenletExit, greenlet
+    ran = []
+
+    def instance(x):
+        ran.append(x)
+        greenlet.getcurrent().parent.switch()      # suspended here when the kill comes
+        return x
+
+    worker = greenlet(lambda: hb.map(instance, range(3)))
+    worker.switch()
+    worker.throw(GreenletExit("killed"))
+    assert worker.dead and ran == [0]
 
 
 def test_a_contextvar_set_in_an_instance_does_not_keep_its_scope_alive():

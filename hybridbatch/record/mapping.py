@@ -22,7 +22,7 @@ from ..hybrid.arguments import draw_event
 from ..ops import random
 
 try:
-    from greenlet import GreenletExit, greenlet, getcurrent
+    from greenlet import greenlet, getcurrent
 except ImportError:         # an optional extra: hb.map outside a scope is a plain loop
     greenlet = None
 
@@ -36,8 +36,11 @@ def map(fn, instances):
     line, once the other instances have run to their end; a note names the instance, and
     the exception's `map_results` holds every instance's result (None where one raised)
     and `map_errors` every failing instance's exception by index. An exception that is
-    not an Exception (KeyboardInterrupt, SystemExit), or a failed flush, stops every
-    other instance (GreenletExit raised at its suspended read) and is raised at once.
+    not an Exception (KeyboardInterrupt, SystemExit, a greenlet's kill), or a failed flush,
+    stops every other instance (GreenletExit raised at its suspended read) and is raised at
+    once; inside a scope, where each instance runs on a greenlet of its own, an instance
+    that raises GreenletExit itself ends its greenlet with it, and that is kept as the
+    instance's exception.
     Where several instances raise, the one of lowest index is raised, in both modes. Each
     instance draws its random keys (hb.dropout) from a stream of its own, in both modes, so
     its masks do not depend on the order instances record in.
@@ -84,11 +87,6 @@ def _loop(fn, instances):
         random.use(outer)
 
 
-# what an instance may raise and the map keeps as that instance's error: GreenletExit too,
-# which the scope's map, running instances as greenlets, meets as an instance's end (_run)
-_INSTANCE_ERRORS = Exception if greenlet is None else (Exception, GreenletExit)
-
-
 def _in_turn(fn, instances, enter):
     """fn over the instances one after another, enter(i) before instance i: (results,
     {index: exception}), as the scope's map returns them."""
@@ -97,7 +95,7 @@ def _in_turn(fn, instances, enter):
         enter(i)
         try:
             results[i] = fn(x)
-        except _INSTANCE_ERRORS as e:
+        except Exception as e:
             errors[i] = e
     return results, errors
 
