@@ -104,6 +104,21 @@ def test_shapes_of_different_dtypes_are_not_counted_as_one_op_apart_by_shape():
     assert scope.explain().by_shape == []
 
 
+def test_two_blocks_of_one_class_count_each_shape_set_once():
+    class Scale(hb.HybridBlock):
+        def forward(self, x):
+            return hb.tanh(x) * 2.0
+
+    first, second = Scale(), Scale()
+    first.hybridize()
+    second.hybridize()
+    with hb.batching(granularity="block") as scope:
+        outs = [block(np.ones(n, np.float32)) for block in (first, second) for n in (2, 3, 4, 5)]
+        hb.add_n([hb.sum(o) for o in outs]).asnumpy()
+    (found,) = [a for a in scope.explain().by_shape if a.op == "block:Scale"]
+    assert (found.shapes, found.batches, found.nodes, found.axes) == (4, 8, 8, ((0,),))
+
+
 def test_a_tree_lstm_has_no_op_apart_by_shape():
     from helpers import lstm_chain_losses
     cell = hb.nn.LSTMCell(4, 4, seed=0)

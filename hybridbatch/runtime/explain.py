@@ -232,11 +232,12 @@ def _apart_by_shape(batches):
         groups[(sig.op.name, sig.attrs, sig.params, sig.in_dtypes, tuple(map(len, sig.in_shapes)))].append(s)
     found = []
     for (name, _, _, _, ranks), members in groups.items():
-        if len({sigs[s].in_shapes for s in members}) < SHAPES_NAMED:
+        shape_sets = {sigs[s].in_shapes for s in members}   # two blocks of one class: a set once
+        if len(shape_sets) < SHAPES_NAMED:
             continue
-        axes = tuple(tuple(a for a in range(rank) if len({sigs[s].in_shapes[j][a] for s in members}) > 1)
+        axes = tuple(tuple(a for a in range(rank) if len({shapes[j][a] for shapes in shape_sets}) > 1)
                      for j, rank in enumerate(ranks))
-        found.append(ApartByShape(name, len(members), sum(len(batches[s]) for s in members),
+        found.append(ApartByShape(name, len(shape_sets), sum(len(batches[s]) for s in members),
                                   sum(r[0] for s in members for r in batches[s]), axes))
     found.sort(key=lambda a: (-a.shapes, -a.nodes))
     return found
