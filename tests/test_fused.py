@@ -143,6 +143,44 @@ def test_fused_kernels_keep_nan_inf_and_division_by_zero_like_numpy():
     np.testing.assert_allclose(fused[finite], plain[finite], rtol=2e-6, atol=1e-6)
 
 
+class _Powers(hb.HybridBlock):
+    """x ** p for each power spelled its own way in the kernels, and log and division, on
+    x times a weight so that the weight's gradient runs each derivative."""
+
+    POWERS = (-2.5, -1.5, -0.5, 0.5, 1.5, 3, 4, -2, -3, -4, 0.3)
+
+    def __init__(self):
+        super().__init__()
+        self.w = hb.Parameter("w", (8,), init=1.0)
+
+    def forward(self, x):
+        v = x * self.w
+        return tuple(v ** p for p in self.POWERS) + (hb.log(v), 1.0 / v, v / (v * 1e-30))
+
+
+def _powers(fused, x):
+    block = _Powers()
+    block.hybridize()
+    with hb.settings(fusion=fused), np.errstate(all="ignore"):
+        with hb.batching(granularity="block"):
+            outs = [block(row) for row in x]
+            hb.add_n([hb.sum(o) for out in outs for o in out]).backward()
+            vals = np.array([[o.asnumpy() for o in out] for out in outs])
+    return vals, block.w.grad.copy()
+
+
+def test_fused_powers_log_and_division_give_numpys_numbers_at_the_extremes():
+    # pow's overflow-prone range, a subnormal (whose reciprocal overflows), 0, -0 and inf
+    special = np.array([1e-21, 1e20, 1e13, 1e-40, 0.0, -0.0, np.inf, -np.inf], np.float32)
+    x = np.stack([special, special[::-1]])
+    (fused, gf), (plain, gp) = _powers(True, x), _powers(False, x)
+    for got, want in ((fused, plain), (gf, gp)):
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=3e-7, atol=0)
+
+
 def test_float64_blocks_keep_float64_precision():
     """The fused tanh is a float32-accurate approximation (3.4e-7): a float64 program must
     not go through it, or values and gradients lose half their digits (a float64 gradient

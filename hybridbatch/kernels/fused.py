@@ -57,12 +57,14 @@ def _tanh(x):
 # contraction -- but not 'nnan'/'ninf': NaN and inf propagate as in numpy. Nor 'reassoc':
 # the loops are elementwise (nothing to reduce), and reordering 2 * (b * x) into (2 * x) * b
 # overflowed to NaN near float32's maximum where the ops' order gives 0 (a Tree-LSTM's kernels
-# ran equally fast without it).
+# ran equally fast without it). Nor 'afn' and 'arcp': they made x ** -1.5 overflow through
+# x ** -2 (inf for x = 1e-21, where numpy gives 3e31) and 1 / sqrt(x) a reciprocal-root
+# estimate (NaN at 0 and inf), and LSTM and division kernels run as fast without them.
 _HEADER = """import numpy as np
 from numba import njit
 
 F = np.{dtype}
-FAST = {{"contract", "afn", "arcp", "nsz"}}
+FAST = {{"contract", "nsz"}}
 """
 _JIT = '@njit(cache=True, error_model="numpy", fastmath=FAST)'
 
@@ -197,7 +199,8 @@ def build_run(steps, n, used_later, biases=None, reading=None):
     for t, parts in reversed(grads):
         if t in reached:            # a value no read output depends on gets no terms
             reached.update(x for x, _ in parts)
-            back += [f"a_{x} += a_{t} * {d}" for x, d in parts]
+            back += [f"a_{x} += a_{t} / {d[1:]}" if d.startswith("/") else f"a_{x} += a_{t} * {d}"
+                     for x, d in parts]
     once = _write_once(inputs, leaves, widths, n)
     reached_args = [False] * len(inputs)
     for (k, _), name in leaves.items():
@@ -399,8 +402,7 @@ def _fusable(step, n, produced):
     vectors, or when its value is a column range of a vector made before the run (a slice,
     whose columns the run reads in place).
 
-    float32 only: the kernels' tanh is accurate to float32, and fastmath's approximate
-    functions would cost a float64 program half its digits."""
+    float32 only: the kernels' tanh is accurate to float32, not to float64."""
     slot, sig, refs, _ = step
     op = sig.op
     if sig.out_shape != (n,) or sig.out_dtype != _FLOAT32:

@@ -192,7 +192,7 @@ class Log(_Unary):
         return gy / x
 
     def scalar(self, attrs, t, x):
-        return f"np.log({x})", [f"(F(1.0) / {x})"]
+        return f"np.log({x})", [f"/ {x}"]
 
 
 @register
@@ -236,9 +236,7 @@ class Sqrt(_Unary):
         return gy * (0.5 / y)
 
     def scalar(self, attrs, t, x):
-        # at 0 the kernels' fast math takes 0.5 / sqrt(x) as 0.5 * rsqrt(x) refined by a Newton
-        # step, which gives 0 * inf = NaN: inf is spelled out there, as numpy gives
-        return f"np.sqrt({x})", [f"(F(0.5) / {t} if {t} != F(0.0) else F(np.inf))"]
+        return f"np.sqrt({x})", [f"(F(0.5) / {t})"]
 
 
 @register
@@ -454,13 +452,21 @@ class ScalarPowPacked(Op):
 
 
 def _power(x, p):
-    """x ** p for a literal p as rule source. Below 0 the kernels' fast math makes x ** -1.5
-    a reciprocal square root, NaN at 0: the infinity numpy gives there is spelled out (its
-    sign x's for an odd integer p, as IEEE pow)."""
-    if p >= 0:
-        return f"{x} ** {_literal(p)}"
-    inf = "np.copysign(F(np.inf), {x})".format(x=x) if p == int(p) and int(p) % 2 else "F(np.inf)"
-    return f"({x} ** {_literal(p)} if {x} != F(0.0) else {inf})"
+    """x ** p for a literal p as rule source: numpy's own forms where it has them (x * x,
+    sqrt, 1 / x), a chain of products for the other small integer powers (so the loop
+    vectorizes; within an ulp of pow), else pow itself, IEEE's at 0, inf and NaN."""
+    if p == 1:
+        return x
+    if p == 2:
+        return f"({x} * {x})"
+    if p == 0.5:
+        return f"np.sqrt({x})"
+    if p == -1:
+        return f"(F(1.0) / {x})"
+    if p == int(p) and 2 <= abs(p) <= 4:
+        base = x if p > 0 else f"(F(1.0) / {x})"      # (1 / x) ** 3, not 1 / x ** 3: x ** 3 overflows first
+        return "(" + " * ".join([base] * abs(int(p))) + ")"
+    return f"{x} ** {_literal(p)}"
 
 
 def _literal(v):
@@ -551,7 +557,7 @@ class Div(_Binary):
 
     def scalar(self, attrs, t, a, b):
         # -(a / b) / b, not -a / (b * b): the square under- or overflows float32 (b = 1e-25)
-        return f"{a} / {b}", [f"(F(1.0) / {b})", f"(-{t} / {b})"]
+        return f"{a} / {b}", [f"/ {b}", f"(-{t} / {b})"]
 
 
 @register

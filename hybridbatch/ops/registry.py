@@ -112,9 +112,10 @@ class Op:
     def scalar(self, attrs, t, *xs):
         """With fusable: the op per element, as Python source for the fused kernels:
         (value, [d value / d xs[k] per operand]) over the operands' expressions xs and the
-        op's own value t (a name). Spell literals F(1.0) (F: the run's float type), so
-        float32 math stays float32; np is numpy (numba compiles its scalar functions) and
-        _tanh the kernels' vectorizing tanh."""
+        op's own value t (a name). A derivative spelled "/ e" divides the gradient by e, as
+        eager's gy / x does (gy * (1 / x) is inf for a subnormal x). Spell literals F(1.0) (F:
+        the run's float type), so float32 math stays float32; np is numpy (numba compiles its
+        scalar functions) and _tanh the kernels' vectorizing tanh."""
         raise NotImplementedError(f"{self.name} is fusable but has no scalar rule")
 
     def backward(self, xp, sig, xs, aux, y, gy, needs, saved=None):
