@@ -170,3 +170,31 @@ def test_a_value_of_a_frozen_parameter_shared_by_minibatches_between_steps_is_al
             trainer.step(1)
     np.testing.assert_allclose(W.data, 1.0 - 0.1 * np.outer([1, 1], [1.0, 2.0] + np.tanh(0.5))
                                - 0.1 * np.outer([1, 1], [3.0, 4.0] + np.tanh(0.5)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_backward_that_raises_part_way_is_not_run_again(mode, W):
+    """The first backward adds W's gradient, then a grad_fn raises: a retry would add W's
+    part a second time, so it is refused, and the error says what .grad holds."""
+    failures = iter([RuntimeError("grad_fn failed")])
+
+    def grad_fn(a, y, gy):
+        for e in failures:
+            raise e
+        return (gy * 2,)
+
+    B = hb.Parameter("B", (3,), init=1.0)
+
+    def loss():
+        doubled = hb.py_func(lambda v: v * 2, W @ X[0], out_shape=(3,), grad_fn=grad_fn)
+        return hb.sum(W @ X[1]) + hb.sum(B * doubled)
+
+    with hb.batching() if mode == "batched" else contextlib.nullcontext():
+        total = loss()
+    with pytest.raises(RuntimeError, match="grad_fn failed") as failed:
+        total.backward()
+    assert any("stopped part way" in note for note in failed.value.__notes__)
+    held = W.peek_grad().copy()
+    with pytest.raises(hb.BackwardError, match="stopped part way"):
+        total.backward()
+    np.testing.assert_array_equal(W.peek_grad(), held)

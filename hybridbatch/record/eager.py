@@ -5,7 +5,7 @@ a tape (each Tensor holds its operands) for reverse mode, freed with the Tensors
 """
 import numpy as np
 
-from ..runtime.autograd import SECOND_BACKWARD, accumulate_param, check_unchanged
+from ..runtime.autograd import PARTIAL_BACKWARD, SECOND_BACKWARD, accumulate_param, check_unchanged
 from ..errors import BackwardError, ScopeError
 from .future import Future
 from ..ops.shape import Input, ParamRead
@@ -144,13 +144,26 @@ def backward(root: Tensor, retain_graph=False):
     """Reverse mode from a scalar Tensor, accumulating into Parameter.grad."""
     if root.shape != ():
         raise ValueError(f"backward() needs a scalar; this value has shape {root.shape}")
-    if getattr(root, "_graph_spent", False):      # unset until a backward() without retain_graph
-        raise BackwardError(SECOND_BACKWARD)
+    spent = getattr(root, "_graph_spent", False)     # unset until a backward() without retain_graph
+    if spent:
+        raise BackwardError(PARTIAL_BACKWARD if spent == "part" else SECOND_BACKWARD)
     xp = backend.xp()
     order = _topological(root)
     for t in order:
         if t.versions:
             check_unchanged(zip([u for u in t.inputs if isinstance(u, Parameter)], t.versions))
+    try:
+        _reverse(xp, root, order)
+    except BaseException as e:
+        root._graph_spent = "part"
+        e.add_note(PARTIAL_BACKWARD)
+        raise
+    if not retain_graph:
+        root._graph_spent = True
+
+
+def _reverse(xp, root, order):
+    """The chain rule over `order` (root's graph, inputs first), into Parameter.grad."""
     grads = {id(root): xp.ones_like(root.value)}
     for t in reversed(order):
         gy = grads.pop(id(t), None)
@@ -172,5 +185,3 @@ def backward(root: Tensor, retain_graph=False):
                 grads[id(u)] = grads[id(u)] + g
             else:
                 grads[id(u)] = g
-    if not retain_graph:
-        root._graph_spent = True

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..runtime.autograd import SECOND_BACKWARD, run_backward
+from ..runtime.autograd import PARTIAL_BACKWARD, SECOND_BACKWARD, run_backward
 from ..errors import BackwardError, ScopeError
 from ..runtime.execute import run_forward
 from .future import Future, future_of
@@ -129,6 +129,7 @@ class batching:
         self.failure = None
         self.failed_plan = None      # the flush whose kernel raised, out of self.plans
         self._graph_spent = set()   # nodes a backward() without retain_graph ran from
+        self._backward_failed = set()   # nodes whose backward() raised part way
         self._thread = threading.current_thread()   # the recording one: set again on entering
         self._times = dict(schedule=0.0, execute=0.0, backward=0.0, busy_inside=0.0)
         self._entered = self._exited = None
@@ -427,13 +428,21 @@ class batching:
         if shape != ():
             raise ValueError(f"backward() needs a scalar; this value has shape {shape}")
         if nid in self._graph_spent:
-            raise BackwardError(SECOND_BACKWARD)
+            raise BackwardError(PARTIAL_BACKWARD if nid in self._backward_failed else SECOND_BACKWARD)
         if nid >= self.flushed:
             self.forward()
         self._check_usable()
         t0 = time.perf_counter()
-        run_backward(self.plans, self.arenas, nid, self.loc_arena.data, self.loc_row.data,
-                     self.flushed, backend.xp(), self.graph.origin)
+        try:
+            run_backward(self.plans, self.arenas, nid, self.loc_arena.data, self.loc_row.data,
+                         self.flushed, backend.xp(), self.graph.origin)
+        except BackwardError:       # a changed parameter: raised before any gradient is added
+            raise
+        except BaseException as e:
+            self._graph_spent.add(nid)
+            self._backward_failed.add(nid)
+            e.add_note(PARTIAL_BACKWARD)
+            raise
         self._since = time.perf_counter()
         spent = self._since - t0
         prof = profile.active()

@@ -61,6 +61,9 @@ _pending = threading.local()
 SECOND_BACKWARD = ("backward() already ran from this value; running it again would add the same gradients into "
                    "Parameter.grad a second time. Pass retain_graph=True to the earlier backward() to allow "
                    "another (the gradients then accumulate), or compute the loss anew")
+PARTIAL_BACKWARD = ("backward() stopped part way: the gradients of some parameters already hold part of this "
+                    "value's gradient. Zero them (trainer.zero_grad() or Parameter.zero_grad()) before the next "
+                    "step; backward() from this value is refused from now on, since it would add that part again")
 
 
 def check_unchanged(read):
