@@ -284,7 +284,11 @@ def cast(x, dtype):
     >>> y.dtype, (y / 2).asnumpy()
     (dtype('float32'), array([0.5, 1. , 1.5], dtype=float32))
     """
-    return apply(E.Cast, (x,), (np.dtype(dtype).str,))
+    dtype = np.dtype(dtype)
+    if dtype.kind not in "biufc":
+        raise TypeError(f"hb.cast to {dtype}: values are numbers (bool, integer, float or complex dtypes); "
+                        f"no op takes strings, objects, dates or raw bytes")
+    return apply(E.Cast, (x,), (dtype.str,))
 
 
 def matmul(a, b):

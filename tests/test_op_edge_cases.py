@@ -1,5 +1,7 @@
 """Edge cases where batched (op and block granularity) and eager must agree with each other and
 with numpy: dtype promotion, bool and integer values, unusual indices, kernels' dtypes."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -358,3 +360,19 @@ def test_values_have_numpys_reshape_sum_mean_max_min_and_unary_plus(mode):
         x.sum(0, np.float32)        # numpy's second argument is a dtype: keepdims is by keyword
     with pytest.raises(TypeError, match="needs the new shape"):
         x.reshape()
+
+
+@pytest.mark.parametrize("dtype", ["U3", object, "M8[s]", "m8[s]", "V4", "S2"])
+@pytest.mark.parametrize("mode", ["eager", "batched"])
+def test_cast_to_a_dtype_no_op_takes_is_refused_at_the_call(dtype, mode):
+    """A cast to strings or dates used to be recorded, carried through concat, and fail later
+    inside numpy (or never)."""
+    x = np.arange(3, dtype=np.float32)
+    with hb.batching() if mode == "batched" else contextlib.nullcontext():
+        with pytest.raises(TypeError, match="hb.cast to .*values are numbers"):
+            hb.cast(hb.array(x), dtype)
+
+
+def test_dates_are_not_values():
+    with pytest.raises(TypeError, match="is not a value"):
+        hb.array(np.array(["2026-01-01"], "M8[D]"))

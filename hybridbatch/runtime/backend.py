@@ -52,7 +52,7 @@ def to_array(value):
     its inputs again), so a caller reusing its buffer (`h *= 0.5`) must not change it."""
     is_array = hasattr(value, "dtype") and hasattr(value, "shape")
     out = _xp.array(value, copy=True) if is_array else np.asarray(value)
-    if out.dtype.kind in "OUSV":    # None, strings, objects: numpy holds them, no kernel takes them
+    if out.dtype.kind in "OUSVMm":    # None, strings, objects, dates: numpy holds them, no kernel takes them
         raise TypeError(f"{type(value).__name__} {value!r:.60} is not a value: an operand must be a Future, "
                         f"Tensor, Parameter, number or numeric array")
     if is_array:
