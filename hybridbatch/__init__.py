@@ -9,6 +9,7 @@ import importlib as _importlib
 
 from .runtime import memory as _memory  # noqa: F401  (keeps freed arenas in the heap: see memory.py)
 from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, pow, maximum, minimum, clip, where,
+                  leaky_relu,
                   cast, add_n, weighted_sum, concat, stack, slice, split, reshape, flatten, expand_dims, squeeze,
                   transpose, sum, mean, logsumexp, max, min, argmax, argmin, topk, lookup, pick, softmax, log_softmax,
                   pick_neg_log_softmax, py_func, conv2d, max_pool2d, avg_pool2d, learn_policy, FSMPolicy)
@@ -34,6 +35,7 @@ _preload.start()
 
 __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "clip", "where", "cast",
+    "leaky_relu",
     *_UNARY, "add_n", "weighted_sum", "concat", "stack", "slice", "split", "reshape", "flatten", "expand_dims",
     "squeeze", "transpose", "sum", "mean", "logsumexp", "max", "min", "argmax", "argmin", "topk", "lookup", "pick",
     "softmax", "log_softmax", "pick_neg_log_softmax", "py_func", "conv2d", "max_pool2d", "avg_pool2d", "Tensor",

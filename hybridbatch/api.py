@@ -265,6 +265,18 @@ def clip(x, lo, hi):
     return minimum(maximum(x, lo), hi)
 
 
+def leaky_relu(x, slope=0.01):
+    """x where x > 0, else slope * x, elementwise (floats only); its gradient at 0 is slope.
+
+    >>> hb.leaky_relu(hb.array([-2.0, 0.0, 3.0]), slope=0.1).asnumpy()
+    array([-0.2,  0. ,  3. ], dtype=float32)
+    """
+    slope = float(slope)
+    if not math.isfinite(slope):
+        raise ValueError(f"leaky_relu: slope must be a finite number, not {slope}")
+    return apply(E.LeakyRelu, (x,), (slope,))
+
+
 def where(cond, a, b):
     """a where cond is true (nonzero), b elsewhere, broadcasting all three: masking with a
     per-instance mask (a numpy bool array, or a value). No gradient flows into cond.

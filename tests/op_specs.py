@@ -51,6 +51,10 @@ def sigmoid_np(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def gelu_np(x):
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
 def log_softmax_np(x):
     z = x - x.max(axis=-1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
@@ -101,7 +105,11 @@ def _rank_any(rng):
 # unary elementwise ops (hb.<name>), on values of rank 0..2: name, numpy reference, domain
 UNARY = [("tanh", np.tanh, "any"), ("sigmoid", sigmoid_np, "any"), ("relu", lambda x: np.maximum(x, 0.0), "away0"),
          ("exp", np.exp, "any"), ("log", np.log, "pos"), ("abs", np.abs, "away0"), ("sqrt", np.sqrt, "pos"),
-         ("softplus", lambda x: np.logaddexp(0.0, x), "any"), ("log_sigmoid", lambda x: -np.logaddexp(0.0, -x), "any")]
+         ("softplus", lambda x: np.logaddexp(0.0, x), "any"), ("log_sigmoid", lambda x: -np.logaddexp(0.0, -x), "any"),
+         ("square", np.square, "any"), ("sin", np.sin, "any"), ("cos", np.cos, "any"), ("log1p", np.log1p, "pos"),
+         ("expm1", np.expm1, "any"), ("gelu", gelu_np, "any")]
+spec("leaky_relu", "leaky_relu", _rank_any, [(_same("s"), "away0")],
+     lambda xs, d, a: hb.leaky_relu(xs[0], slope=0.2), lambda xs, d, a: np.where(xs[0] > 0, xs[0], 0.2 * xs[0]))
 for _name, _ref, _dom in UNARY:
     spec(_name, _name, _rank_any, [(_same("s"), _dom)],
          (lambda name: lambda xs, d, a: getattr(hb, name)(xs[0]))(_name),

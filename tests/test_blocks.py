@@ -882,3 +882,16 @@ def test_a_bool_default_before_a_keyword_given_is_named():
     np.testing.assert_allclose(block(x).asnumpy(), [1.0, 2.0])
     with pytest.raises(TypeError, match="'flag' comes before a keyword given.*default False by position"):
         block(x, h=x)
+
+
+@pytest.mark.parametrize("activation", sorted(a for a in nn.basic.ACTIVATIONS if a))
+@pytest.mark.parametrize("granularity", ["block", "op"])
+def test_dense_activations_apply_their_op_batched_as_eager(activation, granularity):
+    layer = nn.Dense(4, 3, activation=activation, seed=0)
+    layer.hybridize()
+    xs = [np.random.default_rng(k).standard_normal(3).astype(np.float32) for k in range(3)]
+    want = [getattr(hb, activation)(hb.affine(layer.weight, hb.array(x), layer.bias)).asnumpy() for x in xs]
+    with hb.batching(granularity=granularity):
+        got = [layer(x) for x in xs]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.asnumpy(), w, rtol=1e-6, atol=1e-7)

@@ -5,7 +5,8 @@ from .. import api as F
 from ..hybrid.block import Block, HybridBlock
 from ..train.parameter import Parameter
 
-ACTIVATIONS = {None: lambda x: x, "tanh": F.tanh, "sigmoid": F.sigmoid, "relu": F.relu}
+ACTIVATIONS = {None: lambda x: x, "tanh": F.tanh, "sigmoid": F.sigmoid, "relu": F.relu, "gelu": F.gelu,
+               "leaky_relu": F.leaky_relu, "softplus": F.softplus}
 
 
 def _rng(seed):

@@ -147,6 +147,167 @@ class LogSigmoid(_Unary):
         return f"min({x}, F(0.0)) - np.log1p(np.exp(-abs({x})))", [f"(F(1.0) / (F(1.0) + np.exp({x})))"]
 
 
+@register
+class Square(_Unary):
+    """x * x, elementwise (numpy's square: integers keep their dtype).
+
+    >>> hb.square(hb.array([-3.0, 0.5])).asnumpy()
+    array([9.  , 0.25], dtype=float32)
+    """
+    name = "square"
+    zero_exact = True
+    float_only = False
+
+    def f(self, xp, x, attrs):
+        return xp.square(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * (2 * x)
+
+    def scalar(self, attrs, t, x):
+        return f"{x} * {x}", [f"(F(2.0) * {x})"]
+
+
+@register
+class Sin(_Unary):
+    """sin(x), elementwise (positional encodings, periodic features).
+
+    >>> hb.sin(hb.array([0.0, np.pi / 2])).asnumpy().round(3)
+    array([0., 1.], dtype=float32)
+    """
+    name = "sin"
+    zero_exact = True
+
+    def f(self, xp, x, attrs):
+        return xp.sin(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * xp.cos(x)
+
+    def scalar(self, attrs, t, x):
+        return f"np.sin({x})", [f"np.cos({x})"]
+
+
+@register
+class Cos(_Unary):
+    """cos(x), elementwise.
+
+    >>> hb.cos(hb.array([0.0, np.pi])).asnumpy().round(3)
+    array([ 1., -1.], dtype=float32)
+    """
+    name = "cos"
+    zero_exact = True
+
+    def f(self, xp, x, attrs):
+        return xp.cos(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return -gy * xp.sin(x)
+
+    def scalar(self, attrs, t, x):
+        return f"np.cos({x})", [f"(-np.sin({x}))"]
+
+
+@register
+class Log1p(_Unary):
+    """log(1 + x), elementwise, exact for tiny x where log(1 + x) rounds 1 + x first; NaN
+    below -1 and -inf at -1, as numpy gives.
+
+    >>> hb.log1p(hb.array([1e-10, 1.0])).asnumpy()
+    array([1.000000e-10, 6.931472e-01], dtype=float32)
+    """
+    name = "log1p"
+
+    def f(self, xp, x, attrs):
+        return xp.log1p(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy / (1 + x)
+
+    def scalar(self, attrs, t, x):
+        return f"np.log1p({x})", [f"/ (F(1.0) + {x})"]
+
+
+@register
+class Expm1(_Unary):
+    """exp(x) - 1, elementwise, exact for tiny x where exp(x) - 1 cancels.
+
+    >>> hb.expm1(hb.array([1e-10, 1.0])).asnumpy()
+    array([1.0000000e-10, 1.7182819e+00], dtype=float32)
+    """
+    name = "expm1"
+    zero_exact = True
+
+    def f(self, xp, x, attrs):
+        return xp.expm1(x)
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * (y + 1)
+
+    def scalar(self, attrs, t, x):
+        return f"np.expm1({x})", [f"({t} + F(1.0))"]
+
+
+@register
+class LeakyRelu(_Unary):
+    """x where x > 0, else slope * x (attrs (slope,)): hb.leaky_relu(x, slope=0.01).
+
+    >>> hb.leaky_relu(hb.array([-2.0, 3.0]), slope=0.1).asnumpy()
+    array([-0.2,  3. ], dtype=float32)
+    """
+    name = "leaky_relu"
+    zero_exact = True
+    public = False          # hb.leaky_relu takes the slope
+
+    def f(self, xp, x, attrs):
+        return xp.where(x > 0, x, x * x.dtype.type(attrs[0]))
+
+    def df(self, xp, x, y, gy, attrs):
+        return gy * xp.where(x > 0, gy.dtype.type(1), gy.dtype.type(attrs[0]))
+
+    def scalar(self, attrs, t, x):
+        slope = _literal(attrs[0])
+        return f"({x} if {x} > F(0.0) else {x} * {slope})", [f"(F(1.0) if {x} > F(0.0) else {slope})"]
+
+
+_GELU_C = math.sqrt(2 / math.pi)
+_GELU_A = 0.044715
+
+
+@register
+class Gelu(_Unary):
+    """GELU in its tanh form, 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))): the one
+    GPT-2 and BERT use (PyTorch's GELU(approximate="tanh"); within 1e-3 of the erf form).
+
+    >>> hb.gelu(hb.array([-1.0, 0.0, 1.0])).asnumpy().round(4)
+    array([-0.1588,  0.    ,  0.8412], dtype=float32)
+    """
+    name = "gelu"
+    zero_exact = True
+
+    @staticmethod
+    def _inner(xp, x):
+        c, a = x.dtype.type(_GELU_C), x.dtype.type(_GELU_A)
+        return xp.tanh(c * (x + a * (x * x * x)))
+
+    def f(self, xp, x, attrs):
+        return x.dtype.type(0.5) * x * (1 + self._inner(xp, x))
+
+    def df(self, xp, x, y, gy, attrs):
+        c, a = x.dtype.type(_GELU_C), x.dtype.type(_GELU_A)
+        t = self._inner(xp, x)
+        half = x.dtype.type(0.5)
+        return gy * (half * (1 + t) + half * x * (1 - t * t) * c * (1 + 3 * a * (x * x)))
+
+    def scalar(self, attrs, t, x):
+        c, a = _literal(_GELU_C), _literal(_GELU_A)
+        inner = f"_tanh({c} * ({x} + {a} * ({x} * {x} * {x})))"
+        value = f"F(0.5) * {x} * (F(1.0) + {inner})"
+        slope = (f"(F(0.5) * (F(1.0) + {inner}) + F(0.5) * {x} * (F(1.0) - {inner} * {inner}) * {c} * "
+                 f"(F(1.0) + F(3.0) * {a} * ({x} * {x})))")
+        return value, [slope]
+
+
 def _logistic(xp, x):
     """1 / (1 + exp(-x)) to float precision at every x (exp of -|x| only, which never
     overflows): softplus's and log_sigmoid's derivatives."""
