@@ -370,6 +370,10 @@ class Builder:
         (a, ba), (c, bc) = self.take(shape), self.take(shape)
         self.push(hb.where(self.rng.random(shape) < 0.5, a, c), max(ba, bc))
 
+    def leaky_relu(self):
+        x, b = self.take(self.choice(CORE))
+        self.push(hb.leaky_relu(x, slope=0.2), b)
+
     def cast(self):
         x, b = self.take(self.choice(CORE))
         self.push(hb.cast(hb.cast(x, np.float64), np.float32), b)
@@ -456,7 +460,7 @@ class Builder:
     POOLS = ("max_pool2d", "avg_pool2d")
     STEPS = (*UNARY, *BINARY, *REDUCTIONS, *ARG_REDUCTIONS, *LIST_REDUCTIONS, *EXTREMES, *POOLS, "scalar", "div",
              "matmul", "affine", "add_n", "concat", "slice", "reshape", "transpose", "stack", "topk", "list_softmax",
-             "softmax", "scalar_power", "power", "where", "cast", "lookup", "pick", "log_softmax",
+             "softmax", "scalar_power", "power", "where", "leaky_relu", "cast", "lookup", "pick", "log_softmax",
              "pick_neg_log_softmax", "py_func", "conv2d", "dropout", "param_read", "block")
 
     def step(self, kind):
