@@ -1,5 +1,7 @@
 """Tracing semantics: a hybridized block computes what its un-hybridized forward computes,
 or refuses at the call."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -90,6 +92,48 @@ def test_a_forward_returning_nothing_is_refused_at_the_call(mode):
     block.hybridize()
     with pytest.raises(hb.HybridBatchError, match="at least one value"):
         _call(mode, lambda: [block(np.ones(3, np.float32))])
+
+
+class InitialState(hb.HybridBlock):
+    """Returns a learned value as it is: an RNN's initial state."""
+
+    def __init__(self):
+        super().__init__()
+        self.h0 = hb.Parameter("h0", (3,), init="normal", rng=np.random.default_rng(4))
+
+    def forward(self, x, both):
+        return (self.h0, hb.tanh(x)) if both == "both" else self.h0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_forward_returning_a_parameter_outputs_its_value_and_its_gradient_reaches_it(mode):
+    """It was refused: "forward must return values computed with hb ops (got Parameter)"."""
+    block = InitialState()
+    xs = [np.full(3, k, np.float32) for k in range(4)]
+
+    def run():
+        """The first call's outputs and h0's gradient of a loss over every call."""
+        block.h0.zero_grad()
+        with hb.batching(granularity=mode) if mode != "eager" else contextlib.nullcontext():
+            outs = [block(x, "both") + (block(x, None),) for x in xs]
+            total = hb.add_n([hb.sum(h0 * t * t) + hb.sum(h * float(k)) for k, (h0, t, h) in enumerate(outs)])
+        total.backward()
+        return [np.array(o) for o in outs[0]], block.h0.grad.copy()    # not hybridized: h0 itself
+
+    plain_values, plain_grad = run()
+    block.hybridize()
+    values, grad = run()
+    for v, w in zip(values, plain_values):
+        np.testing.assert_allclose(v, w, rtol=1e-6)
+    np.testing.assert_array_equal(values[0], block.h0.data)
+    expected = np.sum([np.tanh(x) ** 2 + k for k, x in enumerate(xs)], axis=0)
+    np.testing.assert_allclose(grad, plain_grad, rtol=1e-6)
+    np.testing.assert_allclose(grad, expected, rtol=1e-5)
+    with hb.batching(granularity="block") if mode != "eager" else contextlib.nullcontext():
+        kept = block(xs[0], None)
+    before = kept.asnumpy()
+    block.h0.data = before + 1.0                 # an update does not reach a value read before it
+    np.testing.assert_array_equal(kept.asnumpy(), before)
 
 
 class ReadsOutside(hb.HybridBlock):

@@ -5,7 +5,7 @@ placeholders (arguments.py); the ops it records become the program's steps. Late
 with that key only replay the program or run it as one node.
 """
 from ..errors import HybridBatchError, ShapeError
-from ..ops.shape import Input
+from ..ops.shape import Input, ParamRead
 from ..record import signature
 from ..record.future import Future
 from ..train.parameter import Parameter
@@ -48,14 +48,16 @@ def trace(block, key, tracer):
     outs = [out] if container is None else list(out)
     if not outs:
         raise HybridBatchError(f"{type(block).__name__}.forward must return at least one value")
-    for o in outs:
+    for k, o in enumerate(outs):
+        if isinstance(o, Parameter):    # a learned value returned as it is (an initial state): its read
+            outs[k] = o = tracer.record(ParamRead, (o,), (), 0)
         if isinstance(o, (tuple, list)):
             raise HybridBatchError(f"{type(block).__name__}.forward returned a {type(o).__name__} inside its "
                                    f"{container.__name__}: a hybridized forward returns one value, or one flat "
                                    f"tuple or list of values")
         if not (isinstance(o, Future) and o.scope is tracer):
             raise HybridBatchError(f"{type(block).__name__}.forward must return values computed with hb ops "
-                                   f"from its inputs (got {type(o).__name__})")
+                                   f"from its inputs, or Parameters (got {type(o).__name__})")
     outputs = tuple(o.id for o in outs)
     return Program(name=type(block).__name__, steps=_steps(graph, n_inputs), n_inputs=n_inputs,
                    n_slots=len(graph), in_types=tuple(graph.type[:n_inputs]),
