@@ -817,7 +817,8 @@ def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
     """Run numpy code per instance as an (unbatchable) op: fn(*arrays) -> array.
 
     Checked here, at the call: fn and grad_fn callable (grad_fn may be None), out_shape
-    integers >= 0, out_dtype numeric. A scope would otherwise fail only at its flush.
+    an integer or a tuple of integers >= 0, out_dtype numeric. A scope would otherwise fail
+    only at its flush.
 
     >>> def cumsum(x):
     ...     return np.cumsum(x).astype(np.float32)
@@ -827,6 +828,11 @@ def py_func(fn, *xs, out_shape, out_dtype=np.float32, grad_fn=None):
     if not callable(fn) or not (grad_fn is None or callable(grad_fn)):
         raise TypeError(f"py_func needs a callable fn and a callable grad_fn (or None), got "
                         f"{type(fn).__name__} and {type(grad_fn).__name__}")
+    if isinstance(out_shape, (int, np.integer)) and not isinstance(out_shape, (bool, np.bool_)):
+        out_shape = (out_shape,)        # as reshape(x, 4)
+    elif not isinstance(out_shape, (tuple, list)):
+        raise TypeError(f"py_func's out_shape must be an integer or a tuple of integers, "
+                        f"not {type(out_shape).__name__}")
     shape = tuple(as_int("py_func's out_shape", s) for s in out_shape)    # np.int64(3) names its type as 3 does
     if any(d < 0 for d in shape):
         raise ValueError(f"py_func's out_shape {shape} must hold integers >= 0")

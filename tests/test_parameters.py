@@ -131,6 +131,27 @@ def test_py_func_out_shape_holds_integers_and_names_its_type_alike():
         hb.py_func(np.tanh, x, out_shape=(3.0,))
 
 
+@pytest.mark.parametrize("mode", ["eager", "batched"])
+def test_py_func_takes_an_integer_out_shape_as_reshape_does(mode):
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+
+    def run():
+        return hb.py_func(np.cumsum, hb.array(x), out_shape=3), hb.py_func(np.cumsum, x, out_shape=np.int64(3))
+
+    if mode == "batched":
+        with hb.batching():
+            a, b = run()
+    else:
+        a, b = run()
+    assert a.shape == b.shape == (3,)
+    np.testing.assert_array_equal(a.asnumpy(), [1.0, 3.0, 6.0])
+    np.testing.assert_array_equal(b.asnumpy(), [1.0, 3.0, 6.0])
+    with pytest.raises(TypeError, match="out_shape must be an integer or a tuple of integers, not float"):
+        hb.py_func(np.cumsum, x, out_shape=3.0)
+    with pytest.raises(TypeError, match="out_shape must be an integer or a tuple of integers, not bool"):
+        hb.py_func(np.cumsum, x, out_shape=True)
+
+
 def test_an_unknown_blas_choice_warns(monkeypatch):
     from hybridbatch.kernels import blas
     monkeypatch.setenv("HYBRIDBATCH_BLAS", "numpyy")
