@@ -331,6 +331,26 @@ def test_a_gradient_array_kept_by_the_caller_is_cleared_in_place():
     np.testing.assert_array_equal(row, 0)
 
 
+def test_peek_grad_is_read_only_and_a_step_still_updates_and_clears_the_looked_up_rows():
+    """A write through peek_grad would reach rows the sparse update neither applies nor
+    clears, and carry into a later step."""
+    table = hb.Parameter("peeked_table", (5, 3), init=1.0)
+    trainer = Trainer([table], "sgd", {"learning_rate": 1.0})
+    with hb.batching():
+        loss = hb.sum(hb.lookup(table, 1))
+    loss.backward()
+    peeked = table.peek_grad()
+    assert not peeked.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        peeked[3] += 1.0
+    np.testing.assert_array_equal(peeked[1], 1.0)
+    trainer.step(1)
+    np.testing.assert_array_equal(table.data[1], 0.0)
+    np.testing.assert_array_equal(table.data[[0, 2, 3, 4]], 1.0)
+    np.testing.assert_array_equal(table.peek_grad(), 0.0)
+    np.testing.assert_array_equal(peeked, 0.0)
+
+
 def test_a_gradient_assigned_back_after_zero_grad_is_kept():
     p = hb.Parameter("assigned_grad", (2, 2), init="zeros")
     g = p.grad

@@ -128,7 +128,7 @@ class Optimizer:
         """Update param.data by scale * its gradient at rate lr, then zero the gradient:
         everywhere, or only in `rows` (what grad_rows() gave, where rows_only(state) says
         that is the same)."""
-        weight, grad = param.data, param.peek_grad()
+        weight, grad = param.data, param._grad_array()
         if rows is None:
             self.update(weight, grad, state, scale, lr)
         elif len(rows):
@@ -254,7 +254,7 @@ class SGD(Optimizer):
         if self.rows_only(state):
             if rows is None and param.descend_outer(lr * scale):
                 return
-            if descend(param.data, param.peek_grad(), lr * scale, rows):
+            if descend(param.data, param._grad_array(), lr * scale, rows):
                 if rows is None:
                     param.zero_grad(None)
                 else:

@@ -248,8 +248,13 @@ class Parameter:
         self._grad_rows = None
 
     def peek_grad(self):
-        """grad for reading only: row tracking stays on."""
-        return self._grad_array()
+        """grad for reading only: row tracking stays on, so a write would escape the row
+        update and its clearing; on numpy the array is a read-only view."""
+        grad = self._grad_array()
+        if isinstance(grad, np.ndarray):
+            grad = grad.view()
+            grad.flags.writeable = False
+        return grad
 
     def _grad_array(self):
         """_grad holding the gradient: its factors multiplied out, or zeros written, where
