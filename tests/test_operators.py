@@ -111,6 +111,31 @@ def test_truth_value_of_an_eager_tensor_is_numpys(value):
         bool(hb.array(np.zeros(3, np.float32)))
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_format_spec_and_round_read_a_0d_value_as_numpy_does(mode):
+    """f"{loss:.4f}" and round(loss, 2) failed with Python's generic TypeError."""
+    W = hb.Parameter("W_format", (3,), init=0.4123)
+
+    def values():
+        return hb.sum(W * np.ones(3, np.float32)), W * 1.0
+
+    if mode == "batched":
+        with hb.batching() as scope:
+            loss, vector = values()
+            assert f"{loss:.4f}" == "1.2369" and scope.flushed == len(scope.graph)    # a read: it flushed
+    else:
+        loss, vector = values()
+    expected = np.array(1.2369, np.float32)
+    assert f"{loss:.4f}" == f"{expected:.4f}" and f"{loss:>9.2e}" == f"{expected:>9.2e}"
+    assert round(loss, 2) == round(expected[()], 2) and type(round(loss, 2)) is type(round(expected[()], 2))
+    assert round(loss) == 1 and type(round(loss)) is int
+    assert f"{loss}" == str(loss) and f"{vector}" == str(vector)
+    with pytest.raises(TypeError, match=r"0-d value.*\(3,\)"):
+        f"{vector:.2f}"
+    with pytest.raises(TypeError, match=r"0-d value.*\(3,\)"):
+        round(vector, 2)
+
+
 @pytest.mark.parametrize("scalar", [np.uint8(3), np.int8(-128)], ids=["uint8", "int8_min"])
 def test_subtracting_a_numpy_integer_scalar_is_numpys_difference(scalar):
     """x - b was x + (-b) with -b computed in b's own dtype: -np.uint8(3) wraps to 253 and

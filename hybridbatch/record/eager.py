@@ -47,8 +47,9 @@ class Tensor:
 
     # reads of the numbers, as a Future's (a Tensor's are computed already); bool is numpy's
     # truth value: without it Python fell back to __len__ (a [0.0] was True)
-    item, __float__, __int__, __bool__, __array__ = (Future.item, Future.__float__, Future.__int__,
-                                                     Future.__bool__, Future.__array__)
+    item, __float__, __int__, __bool__, __array__, __format__, __round__ = (
+        Future.item, Future.__float__, Future.__int__, Future.__bool__, Future.__array__, Future.__format__,
+        Future.__round__)
 
     def backward(self, retain_graph=False):
         """As Future.backward: once, unless the call before passed retain_graph=True."""

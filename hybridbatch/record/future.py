@@ -47,7 +47,8 @@ class Future:
     def asnumpy(self):
         """The value, as a new numpy array. A read: if the value is still pending it flushes
         the scope, or inside hb.map suspends this instance until the map's next flush.
-        item(), int(), float(), bool() and <, <=, >, >= read the same way."""
+        item(), int(), float(), bool(), round(), a format spec and <, <=, >, >= read the
+        same way."""
         return self.scope.value(self.id)
 
     def item(self):
@@ -63,6 +64,23 @@ class Future:
     def __bool__(self):
         """numpy's truth value of the numbers (a read), as an eager Tensor's."""
         return bool(self.asnumpy())
+
+    def __format__(self, spec):
+        """f"{loss:.4f}" formats a 0-d value as its number (a read), as numpy does; an empty
+        spec gives str(), which reads nothing."""
+        if not spec:
+            return str(self)
+        if self.shape:
+            raise TypeError(f"format spec {spec!r} needs a 0-d value, not one of shape {self.shape}; "
+                            f"format the numbers of .asnumpy()")
+        return format(self.asnumpy(), spec)
+
+    def __round__(self, ndigits=None):
+        """round(loss, 2) rounds a 0-d value as its number (a read)."""
+        if self.shape:
+            raise TypeError(f"round() needs a 0-d value, not one of shape {self.shape}; "
+                            f"use np.round(x.asnumpy(), ndigits)")
+        return round(self.asnumpy()[()], ndigits)
 
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self.asnumpy(), dtype=dtype)
