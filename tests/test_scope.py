@@ -136,6 +136,28 @@ def test_scopes_do_not_nest():
                 pass
 
 
+def test_a_scope_left_open_by_a_paused_generator_is_named_by_the_line_that_entered_it(cell):
+    W, _ = cell
+
+    def outputs(xs):
+        with hb.batching():
+            for x in xs:
+                yield hb.tanh(W @ x)
+
+    entered = inspect.getsourcelines(outputs)[1] + 1
+    held = outputs([np.ones(5, np.float32)] * 2)
+    next(held)
+    with pytest.raises(hb.ScopeError, match="do not nest") as info:
+        with hb.batching():
+            pass
+    assert f"entered at {__file__}:{entered};" in str(info.value)
+    assert "generator" in str(info.value)
+    held.close()
+    with hb.batching():
+        y = hb.tanh(W @ np.ones(5, np.float32))
+    np.testing.assert_allclose(y.asnumpy(), np.tanh(W.data @ np.ones(5, np.float32)), rtol=1e-6)
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered in log:RuntimeWarning")   # the NaN is the point
 def test_check_numerics_names_the_op_and_the_recording_line():
     x = hb.Parameter("x", (3,), init=-1.0)

@@ -141,10 +141,13 @@ class batching:
 
     # -- scope protocol ---------------------------------------------------------------
     def __enter__(self):
-        if current() is not None:
-            raise ScopeError("batching scopes do not nest; record into the open scope instead")
+        if (open_scope := current()) is not None:
+            raise ScopeError("batching scopes do not nest; record into the open scope instead" +
+                             open_scope._where_entered())
         if self._entered is not None:
             raise ScopeError("a batching scope can be entered once; make a new one")
+        caller_frame = sys._getframe(1)
+        self._entered_at = (caller_frame.f_code.co_filename, caller_frame.f_lineno)
         _local.scope = self
         self._thread = threading.current_thread()
         self.open = True
@@ -164,7 +167,17 @@ class batching:
             self._exited = time.perf_counter()
         return False
 
+    def _where_entered(self):
+        """Where the open scope was entered: a generator paused inside its `with` block keeps
+        it open, far from the line that fails."""
+        if self._entered_at is None:
+            return ""
+        filename, line = self._entered_at
+        return (f" (the open scope was entered at {filename}:{line}; a generator paused inside its `with` "
+                f"block keeps it open until it finishes or is closed)")
+
     # class defaults, set on the scope when first needed
+    _entered_at = None      # (file, line) of the `with` that entered the scope: _where_entered
     suspend = None          # while hb.map runs in this scope: its read hook (record/mapping.py)
     _parameter_values = None    # _of_parameters' nodes of this flush: key -> node id
     _bound = (0, 0)         # (flushed nodes, the lower bound over them): stats' cache
