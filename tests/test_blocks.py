@@ -1,4 +1,5 @@
 """Blocks: registration, save/load, and block / op / eager granularity agreeing exactly."""
+import contextlib
 import warnings
 
 import numpy as np
@@ -855,6 +856,29 @@ def test_keyword_arguments_that_do_not_fit_name_the_block():
             return x * scale
 
     np.testing.assert_allclose(Plain()(hb.array(x), scale=3.0).asnumpy(), 3 * x)
+
+
+@pytest.mark.parametrize("mode", ["eager", "op", "block"])
+def test_a_list_of_arrays_of_different_shapes_names_the_block_and_the_argument(mode):
+    """numpy's "inhomogeneous shape" error named neither."""
+    class Parts(hb.HybridBlock):
+        def forward(self, x, parts):
+            return x + hb.sum(parts[1])
+
+    x = np.ones(3, np.float32)
+    ragged = [np.ones(3, np.float32), np.ones(4, np.float32)]
+    block = Parts()
+    np.testing.assert_allclose(block(x, ragged).asnumpy(), x + 4)     # as written: a list
+    block.hybridize()
+    expected = r"Parts \(hybridized\): the argument at index 1 \('parts'\) is a list of arrays of different " \
+               r"shapes \[\(3,\), \(4,\)\].*Pass each array as its own argument"
+    with contextlib.ExitStack() as stack:
+        if mode != "eager":
+            stack.enter_context(hb.batching(granularity=mode))
+        with pytest.raises(ValueError, match=expected):
+            block(x, ragged)
+        same = block(x, [np.ones(3, np.float32), np.full(3, 2.0, np.float32)])   # one shape: stacked
+    np.testing.assert_allclose(same.asnumpy(), x + 6)
 
 
 def test_keywords_reach_a_forward_that_is_not_hybridized_as_written():

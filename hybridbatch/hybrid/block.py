@@ -316,7 +316,7 @@ class HybridBlock(Block):
                         key.append(INT)
                         ints = [int(a)] if ints is None else ints + [int(a)]
                     else:
-                        i = _as_handle(a, scope).id
+                        i = _as_handle(a, scope, self, args).id
                         ids.append(i)
                         key.append(types[i])
                 key = tuple(key)
@@ -373,7 +373,7 @@ class HybridBlock(Block):
                 key.append(INT)
                 ints.append(int(a))
             else:
-                h = _as_handle(a, None)
+                h = _as_handle(a, None, self, args)
                 handles.append(h)
                 key.append(h.sig.out_type)
         program = self._program(tuple(key))
@@ -456,14 +456,37 @@ def _bind(block, args, kwargs):
 _places = weakref.WeakKeyDictionary()     # per forward function: its parameters that take a position
 
 
-def _as_handle(a, scope):
-    """The block argument as a value handle of the current mode (arrays become constants)."""
+def _as_handle(a, scope, block, args):
+    """The argument of block's call in args as a value handle of the current mode (arrays
+    become constants)."""
     if isinstance(a, Future):
         if scope is None or a.scope is not scope:
             raise ScopeError("a Future was passed to a block outside the batching scope that recorded it; "
                              "read it with .asnumpy() and pass the array instead, or call the block inside "
                              "that scope")
         return a
-    if scope is None:
-        return a if isinstance(a, eager.Tensor) else eager.constant(a)
-    return scope.constant(a)
+    try:
+        if scope is None:
+            return a if isinstance(a, eager.Tensor) else eager.constant(a)
+        return scope.constant(a)
+    except ValueError as e:
+        shapes = _entry_shapes(a)
+        if shapes is None or len(set(shapes)) < 2:
+            raise
+        position = next(k for k, b in enumerate(args) if b is a)
+        places = [p.name for p in inspect.signature(block.forward).parameters.values()]
+        name = f" ({places[position]!r})" if position < len(places) else ""
+        raise ValueError(f"{type(block).__name__} (hybridized): the argument at index {position}{name} is a "
+                         f"{type(a).__name__} of arrays of different shapes {shapes}; a hybridized block takes "
+                         f"a list or tuple argument as one array, stacked. Pass each array as its own argument, "
+                         f"or pad them to one shape") from e
+
+
+def _entry_shapes(a):
+    """The shapes of a list or tuple argument's entries, or None for anything else."""
+    if not isinstance(a, (list, tuple)):
+        return None
+    try:
+        return [np.shape(entry) for entry in a]
+    except ValueError:          # an entry ragged itself
+        return None
