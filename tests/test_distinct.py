@@ -64,6 +64,16 @@ def test_shared_rows_give_the_per_row_values_and_gradients(splits, fused):
     _assert_same(shared, _run("eager"))
 
 
+def test_negative_words_count_from_the_end_and_share_rows_with_their_positive_ones(splits):
+    """hb.lookup of a block's negative int argument raised "out of range"."""
+    negative = [w - 10 if k % 2 else w for k, w in enumerate(WORDS)]
+    shared = _run("block", words=negative)
+    assert splits == [(5, 48)]             # -7 and 3 are one key, as rows of the 10-row table
+    _assert_same(shared, _run("block", words=WORDS))
+    _assert_same(shared, _run("block", shared=False, words=negative))
+    _assert_same(shared, _run("eager", words=negative))
+
+
 def test_backward_reaching_some_calls_keeps_only_their_keys(splits):
     reached = [0, 1, 2, 5, 6]      # words 3 and 1 only: the other keys get no gradient
     shared = _run("block", reached)

@@ -277,7 +277,7 @@ def test_an_int_index_of_a_matrix_picks_its_row_and_of_a_parameter_looks_it_up(g
     block.hybridize()
     rng = np.random.default_rng(0)
     ms = [rng.standard_normal((4, 3)).astype(np.float32) for _ in range(6)]
-    rows = [0, 3, 1, 2, 1, 3]      # a block's argument indexing a Parameter must be >= 0, as hb.lookup's
+    rows = [0, 3, 1, 2, 1, 3]
 
     def loss():
         return hb.add_n([block(m, i) for m, i in zip(ms, rows)] + [hb.sum(block.table[i - 4]) for i in rows])
@@ -295,6 +295,86 @@ def test_an_int_index_of_a_matrix_picks_its_row_and_of_a_parameter_looks_it_up(g
     by_numpy = sum(float(np.sum(np.tanh(m)[i] * block.table.data[i])) + float(np.sum(block.table.data[i - 4]))
                    for m, i in zip(ms, rows))
     np.testing.assert_allclose(eager.item(), by_numpy, rtol=1e-5)
+
+
+@pytest.mark.parametrize("granularity", ["block", "op", "auto"])
+def test_a_negative_row_of_a_parameter_counts_from_the_end_in_every_path(granularity):
+    """hb.lookup(W, -1) and a block's self.table[i] with i < 0 raised "index -1 out of range"
+    where W[-1] worked."""
+    class Row(hb.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.table = hb.Parameter("neg_table", (4, 4), rng=np.random.default_rng(1))
+
+        def forward(self, x, i):
+            return hb.sum(hb.tanh(x * self.table[i]) * hb.lookup(self.table, i)) + hb.pick(x, i)
+
+    block = Row()
+    block.hybridize()
+    table = block.table
+    xs = [np.linspace(-1, 1, 4, dtype=np.float32) * k for k in range(6)]
+    rows = [-1, 3, -4, 0, -2, 2]
+
+    def loss():
+        calls = [block(x, i) for x, i in zip(xs, rows)]
+        direct = [hb.sum(hb.lookup(table, i) * float(k)) for k, i in enumerate(rows)]
+        return hb.add_n(calls + direct + [hb.sum(hb.lookup(table, np.int64(-3)))])
+
+    eager = loss()
+    eager.backward()
+    want = table.grad.copy()
+    table.zero_grad()
+    with hb.batching(granularity=granularity):
+        batched = loss()
+    batched.backward()
+    by_numpy = sum(float(np.sum(np.tanh(x * table.data[i]) * table.data[i]) + x[i]) for x, i in zip(xs, rows)) \
+        + sum(float(np.sum(table.data[i])) * k for k, i in enumerate(rows)) + float(np.sum(table.data[-3]))
+    np.testing.assert_allclose(eager.item(), by_numpy, rtol=1e-5)
+    np.testing.assert_allclose(batched.item(), eager.item(), rtol=1e-6)
+    np.testing.assert_allclose(table.peek_grad(), want, rtol=1e-5, atol=1e-7)
+    assert table.grad_rows().tolist() == [0, 1, 2, 3]    # the rows a sparse step updates, as numbers >= 0
+    for bad in (-5, 4):
+        with pytest.raises(IndexError, match=f"lookup: index {bad} out of range for a table of 4 rows"):
+            hb.lookup(table, bad)
+        with pytest.raises(IndexError, match=f"index {bad} out of range"):
+            block(xs[0], bad)
+        with hb.batching(granularity=granularity), pytest.raises(IndexError, match=f"index {bad} out of range"):
+            block(xs[0], bad)
+
+
+@pytest.mark.parametrize("granularity", ["block", "op", "auto"])
+def test_a_negative_int_argument_indexing_axes_of_different_lengths_reads_each_from_its_end(granularity):
+    """-1 names row 5 of the table and element 2 of the vector: no one value of the call's
+    integer serves both, so such a call records its steps one by one."""
+    class Both(hb.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.table = hb.Parameter("both_table", (6, 3), rng=np.random.default_rng(2))
+
+        def forward(self, x, i):
+            return hb.sum(self.table[i] * x) + hb.pick(x, i)
+
+    block = Both()
+    block.hybridize()
+    xs = [np.array([1.0, 2.0, 3.0], np.float32) * k for k in range(1, 5)]
+    rows = [1, -1, -3, 2]
+
+    def loss():
+        return hb.add_n([block(x, i) for x, i in zip(xs, rows)])
+
+    eager = loss()
+    eager.backward()
+    want = block.table.grad.copy()
+    block.table.zero_grad()
+    with hb.batching(granularity=granularity):
+        batched = loss()
+    batched.backward()
+    by_numpy = sum(float(block.table.data[i] @ x + x[i]) for x, i in zip(xs, rows))
+    np.testing.assert_allclose(eager.item(), by_numpy, rtol=1e-6)
+    np.testing.assert_allclose(batched.item(), eager.item(), rtol=1e-6)
+    np.testing.assert_allclose(block.table.grad, want, rtol=1e-6)
+    with pytest.raises(IndexError, match="pick: index -4 out of range for an axis of length 3"):
+        block(xs[0], -4)
 
 
 def test_builtin_abs_records_hb_abs():

@@ -23,6 +23,7 @@ from ..train.parameter import Parameter
 from ..train.parameter_dict import ParameterDict
 from .arguments import INT, STATIC
 from .granularity import AutoChoice
+from .program import StepByStep
 from .tracing import trace
 
 
@@ -336,7 +337,10 @@ class HybridBlock(Block):
                         return program.replay(scope.record, scope.constant, [])
                     aux = -1
                 else:
-                    program.check_ints(ints)
+                    try:
+                        program.check_ints(ints)
+                    except StepByStep:
+                        return program.record_steps(scope, ids, ints)
                     if len(ints) == 1:
                         aux = ints[0]
                     else:

@@ -21,6 +21,11 @@ from .arguments import int_column
 from .composite import Composite
 
 
+class StepByStep(Exception):
+    """A call's negative integer names different indices for the ops it reaches (a table's
+    row and a shorter vector's element): the call is recorded step by step instead."""
+
+
 class Step(NamedTuple):
     """One primitive op of a program: `slot = sig.op(operands)`."""
 
@@ -139,6 +144,26 @@ class Program:
             v = ints[j]
             if limit is None or not 0 <= v < limit:
                 sig.op.check_aux(sig, v)
+                if v < 0 and limit and checks is None:
+                    ints[j] = self._counted_from_end(j, v)
+
+    def _counted_from_end(self, j, v):
+        """Integer argument j's negative value v, which its ops accepted, as the index >= 0
+        it names: one axis length for all its ops, or v as it is where every op reads it from
+        the end itself (pick). Ops over axes of different lengths need different values, which
+        one integer of the call cannot carry: StepByStep."""
+        readers = [(limit, sig) for k, limit, sig in self.int_checks if k == j]
+        lengths = {limit for limit, _ in readers}
+        if len(lengths) == 1:
+            return v + lengths.pop()
+        if all(sig.op.aux_from_end for _, sig in readers):
+            return v
+        raise StepByStep
+
+    def record_steps(self, scope, ids, ints):
+        """A call recorded step by step through scope.record, each op taking the call's
+        integers its own way (after StepByStep)."""
+        return self.replay(scope.record, scope.constant, [future_of(scope, i) for i in ids], ints)
 
     # -- op granularity and eager: replay the steps as separate nodes ------------------
     def record_into(self, scope, ids, ints=()):
@@ -147,7 +172,10 @@ class Program:
         types (the program's key) give again, so none of `record`'s per-operand checks and
         lookups run. ids: the inputs' node ids. Returns the outputs' Futures."""
         if ints:
-            self.check_ints(ints)       # int_checks holds the dead steps' too
+            try:
+                self.check_ints(ints)       # int_checks holds the dead steps' too
+            except StepByStep:
+                return self.record_steps(scope, ids, ints)
         g = scope.graph
         types, sigs, auxs, args, arg_end = g.type, g.sig, g.aux, g.args, g.arg_end
         vals = [None] * self.n_slots

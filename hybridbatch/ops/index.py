@@ -16,7 +16,8 @@ def _row_range(xp, aux):
 
 @register
 class Lookup(Op):
-    """Row `aux` of a parameter matrix (an embedding)."""
+    """Row `aux` of a parameter matrix (an embedding); a negative aux counts from the end,
+    as numpy's index (recorded as aux + rows, so the kernels see rows >= 0)."""
     name = "lookup"
     zero_exact = True
     uses_aux = True
@@ -28,7 +29,7 @@ class Lookup(Op):
 
     def check_aux(self, sig, aux):
         n = sig.in_shapes[0][0]
-        if not 0 <= aux < n:
+        if not -n <= aux < n:
             raise IndexError(f"lookup: index {aux} out of range for a table of {n} rows")
 
     def aux_limit(self, sig):
@@ -62,6 +63,7 @@ class Pick(Op):
     name = "pick"
     zero_exact = True
     uses_aux = True
+    aux_from_end = True
 
     def infer(self, attrs, shapes, dtypes):
         check(len(shapes[0]) >= 1, self.name, shapes, "needs a value with at least one axis")

@@ -34,6 +34,7 @@ class Op:
     cost = 0             # agenda tie-break: cheap (elementwise) ops run before heavy ones
     uses_aux = False     # True: each node carries one integer (a row index, a label)
     any_aux = False      # True: every int is a valid one (packed numbers), taken as it is
+    aux_from_end = False  # True: the kernels read a negative aux from the end, as numpy's index (pick)
     holds_aux = False    # True: the int is a handle an owner must keep (py_func's functions):
                          # check_aux keeps it for the recording scope, keep_aux(program, aux)
                          # for a traced program
@@ -78,8 +79,8 @@ class Op:
 
     def aux_limit(self, sig):
         """n when 0 <= v < n are valid integers (recording and block calls check that bound
-        inline and call check_aux for any other v, which may accept it: pick's negative
-        indices), else None."""
+        inline and call check_aux for any other v, which may accept it: a negative index
+        counting from the end, recorded as v + n), else None."""
         return None
 
     def forward(self, xp, sig, xs, aux):

@@ -94,6 +94,8 @@ def apply(op, args, attrs=(), aux=-1) -> Tensor:
     if op.uses_aux:
         aux = op.index(aux)
         op.check_aux(sig, aux)
+        if aux < 0 and sig.aux_limit > 0:     # accepted: an index counting from the end
+            aux += sig.aux_limit
         aux_arr = np.array([aux], np.int64)
     y = op.forward(backend.xp(), sig, xs, aux_arr)
     if getattr(y, "base", None) is not None and any(c < 0 and backend.xp().may_share_memory(y, x)

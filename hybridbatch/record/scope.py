@@ -237,6 +237,8 @@ class batching:
             else:
                 aux = op.index(aux)
                 op.check_aux(sig, aux)
+                if aux < 0 and sig.aux_limit > 0:     # accepted: an index counting from the end
+                    aux += sig.aux_limit
         if g.origin is not None:
             return future_of(self, self._add(sig, ids, aux))
         # graph.add inlined, and the Future made without an __init__ frame: the hot path
