@@ -16,6 +16,15 @@ def _handles():
     yield P
 
 
+def test_size_and_ndim_are_numpys_on_every_handle_without_a_read():
+    for x in _handles():
+        for v in (x, x.reshape(3, 1) if not isinstance(x, hb.Parameter) else x):
+            assert (v.size, v.ndim) == (np.zeros(v.shape).size, np.zeros(v.shape).ndim)
+    with hb.batching() as scope:
+        y = hb.sum(hb.array(np.ones((2, 3), np.float32)), axis=0)
+        assert (y.size, y.ndim, scope.flushed) == (3, 1, 0)      # known at recording: nothing ran
+
+
 @pytest.mark.parametrize("ufunc", [np.tanh, np.exp, np.sum, lambda x: np.maximum(x, 0), lambda x: np.dot(x, x),
                                    lambda x: np.concatenate([x, x]), lambda x: np.allclose(x, 0)],
                          ids=["tanh", "exp", "sum", "maximum", "dot", "concatenate", "allclose"])

@@ -38,6 +38,7 @@ class Tensor:
     shape = property(lambda self: self.sig.out_shape)
     dtype = property(lambda self: self.sig.out_dtype)
     ndim = property(lambda self: len(self.sig.out_shape))
+    size = Future.size
 
     __len__ = Future.__len__       # the same rule, 0-d values included
 

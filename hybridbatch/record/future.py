@@ -1,4 +1,6 @@
 """Future: a handle to a value recorded in a batching scope and computed at its next flush."""
+import math
+
 import numpy as np
 
 from . import signature
@@ -36,6 +38,11 @@ class Future:
     @property
     def ndim(self):
         return len(self.shape)
+
+    @property
+    def size(self):
+        """The number of elements per instance, as numpy's size (no read)."""
+        return math.prod(self.shape)
 
     def __len__(self):
         """The length of the first axis, as numpy's len(); a 0-d value has none: a TypeError,

@@ -376,5 +376,9 @@ class Parameter:
     def ndim(self):
         return len(self.shape)
 
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
     def __repr__(self):
         return f"Parameter({self.name!r}, shape={self.shape}, dtype={self.dtype.name})"
