@@ -11,7 +11,7 @@ from .runtime import memory as _memory  # noqa: F401  (keeps freed arenas in the
 from .api import (UNARY as _UNARY, array, matmul, affine, add, sub, mul, div, pow, maximum, minimum, clip, where,
                   leaky_relu,
                   cast, add_n, weighted_sum, concat, stack, slice, split, reshape, flatten, expand_dims, squeeze,
-                  transpose, sum, mean, logsumexp, max, min, argmax, argmin, topk, lookup, pick, softmax, log_softmax,
+                  transpose, sum, mean, var, std, logsumexp, max, min, argmax, argmin, topk, lookup, pick, softmax, log_softmax,
                   pick_neg_log_softmax, py_func, conv2d, max_pool2d, avg_pool2d, learn_policy, FSMPolicy)
 from .api import dropout, seed
 from .runtime.profile import Profile, profile
@@ -37,7 +37,7 @@ __all__ = [
     "array", "matmul", "affine", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "clip", "where", "cast",
     "leaky_relu",
     *_UNARY, "add_n", "weighted_sum", "concat", "stack", "slice", "split", "reshape", "flatten", "expand_dims",
-    "squeeze", "transpose", "sum", "mean", "logsumexp", "max", "min", "argmax", "argmin", "topk", "lookup", "pick",
+    "squeeze", "transpose", "sum", "mean", "var", "std", "logsumexp", "max", "min", "argmax", "argmin", "topk", "lookup", "pick",
     "softmax", "log_softmax", "pick_neg_log_softmax", "py_func", "conv2d", "max_pool2d", "avg_pool2d", "Tensor",
     "HybridBatchError", "ShapeError", "ScopeError", "BackwardError", "NumericsError", "Future", "Parameter", "batching",
     "Stats", "map", "ParameterDict", "Trainer", "Block", "HybridBlock", "nn", "set_plan_cache_size", "set_fusion",

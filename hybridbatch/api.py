@@ -670,6 +670,28 @@ logsumexp = _reduction(R.LogSumExp, (LS.RaggedLogSumExpN, LS.LogSumExpN), """
     """)
 
 
+def var(x, axis=None, keepdims=False):
+    """The variance over `axis` (every element when None; an int or a tuple), numpy's
+    (mean of squared deviations, ddof 0), as hb ops: it batches and differentiates as they do.
+
+    >>> x = hb.array([[1.0, 2.0], [3.0, 5.0]])
+    >>> hb.var(x).item(), hb.var(x, axis=1).asnumpy()
+    (2.1875, array([0.25, 1.  ], dtype=float32))
+    """
+    deviation = x - mean(x, axis=axis, keepdims=True)
+    return mean(square(deviation), axis=axis, keepdims=keepdims)
+
+
+def std(x, axis=None, keepdims=False):
+    """sqrt(var(x, axis, keepdims)): numpy's standard deviation (ddof 0); its gradient is
+    NaN where every element reduced is equal (0 / 0), as PyTorch's and JAX's.
+
+    >>> hb.std(hb.array([1.0, 3.0])).item()
+    1.0
+    """
+    return sqrt(var(x, axis=axis, keepdims=keepdims))
+
+
 def _list_normalizer(name, axis, x):
     """(the list, its logsumexp) for a softmax across a list: a node even for a list of one,
     so that every list's terms come one step after their scores, as one batch."""

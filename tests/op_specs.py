@@ -415,6 +415,18 @@ for _name, _ref in _REDUCTIONS:
         spec(f"{_name}_3d_{_variant}", _name, _red_dims, [(_same("s"), "any")], _call, _numpy)
 spec("max_vec", "max", _rs_dims, [(lambda d: (d["n"],), "any")],
      lambda xs, d, a: hb.max(xs[0]), lambda xs, d, a: np.max(xs[0]))
+def _spread_dims(rng):
+    """_red_dims with 2 to 4 elements along every axis: std's gradient is NaN where what it
+    reduces is one element (0 / 0), as PyTorch's and JAX's."""
+    return {"s": (rint(rng, 2), rint(rng, 2), rint(rng, 2)), "axis": rint(rng, -3, 2)}
+
+
+for _name, _ref, _last in [("var", np.var, "mean"), ("std", np.std, "sqrt")]:   # compositions: their last op
+    for _variant, _axis, _keep in [("all", lambda d: None, False), ("axis_keepdims", lambda d: d["axis"], True),
+                                   ("tuple", lambda d: (0, -1), False)]:
+        _call, _numpy = [(lambda f, ax, keep: lambda xs, d, a: f(xs[0], axis=ax(d), keepdims=keep))(f, _axis, _keep)
+                         for f in (getattr(hb, _name), _ref)]
+        spec(f"{_name}_3d_{_variant}", _last, _spread_dims, [(_same("s"), "any")], _call, _numpy)
 spec("mean_scalar", "mean", _rs_dims, [(lambda d: (), "any")],
      lambda xs, d, a: hb.mean(xs[0]), lambda xs, d, a: np.mean(xs[0]))
 for _name, _ref in [("argmax", np.argmax), ("argmin", np.argmin)]:
