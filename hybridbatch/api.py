@@ -459,24 +459,49 @@ def concat(xs, axis=0):
 
 
 def slice(x, key):
-    """x[key] for int and slice indices (what `future[i:j]` calls): gates out of one
-    product, a row of a matrix. One int index is `pick` (of a Parameter: `lookup`): the index
-    is per-node data, so `log_softmax(z)[label]` of different labels batch (and a block's int
-    argument may be that index), where each other index is part of the signature.
+    """x[key] for int and slice indices, `...` and None (a new axis of length 1), as numpy
+    (what `future[i:j]` calls): gates out of one product, a row of a matrix. One int index is
+    `pick` (of a Parameter: `lookup`): the index is per-node data, so `log_softmax(z)[label]`
+    of different labels batch (and a block's int argument may be that index), where each
+    other index is part of the signature.
 
     >>> x = hb.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     >>> hb.slice(x, (1, np.s_[1:])).asnumpy()
     array([5., 6.], dtype=float32)
     >>> x[:, 0].asnumpy()
     array([1., 4.], dtype=float32)
+    >>> x[..., -1].shape, x[None].shape, x[:, None, 1:].shape
+    ((2,), (1, 2, 3), (2, 1, 2))
     """
     shape = shape_of(x)
+    if key is None or key is Ellipsis or (key.__class__ is tuple and any(k is None or k is Ellipsis for k in key)):
+        return _with_new_axes(x, key, shape)
     if shape and (key.__class__ is BlockInt or (
             isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_))
             and not ((scope := _local.scope) is not None and scope.tracing))):    # a trace keeps a fixed slice
         index = key if key.__class__ is BlockInt else normalize_index(key, shape)[0][1]
         return lookup(x, index) if isinstance(x, Parameter) else pick(x, index)
     return apply(S.Slice, (x,), normalize_index(key, shape))
+
+
+def _with_new_axes(x, key, shape):
+    """x[key] where key holds `...` (the full slices it stands for) or None: the slice of
+    the other entries, then the new axes by a reshape. (Entries are compared by identity:
+    `in` would compare a Future with ==, which refuses.)"""
+    key = key if key.__class__ is tuple else (key,)
+    ellipses = [i for i, k in enumerate(key) if k is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if ellipses:
+        at = ellipses[0]
+        named = len([k for k in key if k is not None]) - 1
+        key = key[:at] + (np.s_[:],) * (len(shape) - named) + key[at + 1:]     # none when negative
+    picked = tuple(k for k in key if k is not None)
+    if len(picked) > len(shape):
+        raise IndexError(f"too many indices ({len(picked)}) for a value of shape {shape}")
+    out = slice(x, picked) if picked else x
+    new_shape = np.empty(shape, np.bool_)[key].shape
+    return out if shape_of(out) == new_shape else reshape(out, new_shape)
 
 
 def split(x, sections, axis=0):

@@ -376,3 +376,58 @@ def test_cast_to_a_dtype_no_op_takes_is_refused_at_the_call(dtype, mode):
 def test_dates_are_not_values():
     with pytest.raises(TypeError, match="is not a value"):
         hb.array(np.array(["2026-01-01"], "M8[D]"))
+
+
+NEW_AXIS_KEYS = [(Ellipsis, -1), (None,), (slice(None), None, slice(1, None)), (0, Ellipsis), Ellipsis, None,
+                 (None, Ellipsis, None), (1, None, 2, Ellipsis), (Ellipsis, 1, None), (0, 1, 2, Ellipsis)]
+
+
+def test_ellipsis_and_new_axes_index_as_numpy_with_gradients_batched_as_eager():
+    """x[None], x[:, None] and x[..., i] raised "int and slice indices only"."""
+    W = hb.Parameter("new_axes_W", (2, 3, 4), rng=np.random.default_rng(0))
+    weights = [np.random.default_rng(k).standard_normal(W.data[key].shape).astype(np.float32)
+               for k, key in enumerate(NEW_AXIS_KEYS)]
+
+    def record():
+        v = W * 1.0
+        parts = [v[key] for key in NEW_AXIS_KEYS]
+        total = hb.add_n([hb.sum(part * w) for part, w in zip(parts, weights)])
+        total.backward()
+        return [part.asnumpy() for part in parts], total.item()
+
+    eager, eager_total = record()
+    want = W.grad.copy()
+    W.zero_grad()
+    with hb.batching():
+        batched, batched_total = record()
+    by_hand = np.zeros_like(W.data)
+    for key, w in zip(NEW_AXIS_KEYS, weights):
+        view = np.zeros_like(W.data)
+        view[key] += w
+        by_hand += view
+    for key, e, b in zip(NEW_AXIS_KEYS, eager, batched):
+        np.testing.assert_array_equal(e, W.data[key])
+        np.testing.assert_array_equal(b, W.data[key])
+    np.testing.assert_allclose(batched_total, eager_total, rtol=1e-6)
+    np.testing.assert_allclose(want, by_hand, rtol=1e-6)
+    np.testing.assert_allclose(W.grad, want, rtol=1e-6)
+    with pytest.raises(IndexError, match="single ellipsis"):
+        W[Ellipsis, Ellipsis]
+    with pytest.raises(IndexError, match="too many indices"):
+        (W * 1.0)[0, 0, 0, 0, None]
+
+
+@pytest.mark.parametrize("granularity", ["block", "op"])
+def test_new_axes_inside_a_hybridized_block_as_eager(granularity):
+    class Outer(hb.HybridBlock):
+        def forward(self, a, b):
+            return hb.sum(a[:, None] * b[None, ...])     # an outer product by broadcasting
+
+    block = Outer()
+    block.hybridize()
+    pairs = [(np.arange(3, dtype=np.float32) + k, np.arange(4, dtype=np.float32) - k) for k in range(3)]
+    want = [float(np.sum(np.outer(a, b))) for a, b in pairs]
+    with hb.batching(granularity=granularity):
+        got = [block(a, b) for a, b in pairs]
+    np.testing.assert_allclose([g.item() for g in got], want, rtol=1e-6)
+    np.testing.assert_allclose([block(a, b).item() for a, b in pairs], want, rtol=1e-6)

@@ -112,7 +112,7 @@ def normalize_index(key, shape):
         else:
             hint = (": an index computed as a value (hb.argmax) is read with int(...) first"
                     if hasattr(k, "asnumpy") else "")
-            raise TypeError(f"values take int and slice indices only, not {type(k).__name__}{hint}")
+            raise TypeError(f"values take int and slice indices, ... and None only, not {type(k).__name__}{hint}")
     return tuple(out)
 
 
